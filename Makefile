@@ -1,0 +1,59 @@
+# Thin wrapper over CMake for the README's commands.
+#   make demo        build, then compare the four notification strategies
+#   make test        every test: unit, conformance on ofi:tcp + ofi:shm,
+#                    the same under ASan+UBSan and valgrind, the handshake
+#                    fuzzer, and the suite on verbs:rxe0 in a Soft-RoCE guest
+#   make test-fast   the same without the guest, sanitizers and fuzzer
+#   make install     library, header, pkg-config file, CMake package, CLI
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+PREFIX     ?= /usr/local
+JOBS       ?= 2
+CMAKE      ?= cmake
+CTEST_ARGS ?= --output-on-failure
+
+.PHONY: all deps build demo test test-fast install bench bench-softroce format clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	$(CMAKE) -S . -B $(BUILD) -DWIMM_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+
+demo: build
+	bench/demo.sh $(BUILD)
+
+test: deps
+	$(CMAKE) -S . -B $(ASAN_BUILD) -DWIMM_WERROR=ON -DWIMM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+	$(CMAKE) --build $(ASAN_BUILD) -j$(JOBS)
+	CC=clang $(CMAKE) -S . -B $(FUZZ_BUILD) -DWIMM_WERROR=ON -DWIMM_FUZZ=ON
+	$(CMAKE) --build $(FUZZ_BUILD) -j$(JOBS)
+	$(CMAKE) -S . -B $(BUILD) -DWIMM_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+		-DWIMM_ASAN_DIR=$(abspath $(ASAN_BUILD)) -DWIMM_FUZZ_DIR=$(abspath $(FUZZ_BUILD)) \
+		-DWIMM_SOFTROCE=ON
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+	cd $(BUILD) && ctest $(CTEST_ARGS)
+
+test-fast: deps
+	$(CMAKE) -S . -B $(BUILD) -DWIMM_WERROR=ON -DWIMM_ASAN_DIR= -DWIMM_FUZZ_DIR= -DWIMM_SOFTROCE=OFF
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+	cd $(BUILD) && ctest $(CTEST_ARGS)
+
+install: build
+	$(CMAKE) --install $(BUILD)
+
+bench: build
+	bench/compare-ofi.sh $(BUILD)
+
+bench-softroce: build
+	tests/softroce/run bench/softroce.sh $(BUILD)
+
+format:
+	clang-format -i include/*.h src/*.h src/*/*.[ch] tools/*.[ch] tests/*/*.[ch]
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,350 @@
+/* wimm: data + doorbell messaging over RDMA Write-with-Immediate.
+ *
+ * One operation writes bytes into a window of the peer's memory and rings a
+ * 32-bit doorbell (the "imm") that the peer reads from its event queue once
+ * every byte has landed. Backends: rdma-core verbs ("verbs:<device>") and
+ * libfabric ("ofi:<provider>", e.g. ofi:tcp, ofi:shm).
+ *
+ * Conventions
+ * - Every call returns 0 (or a count) on success and a negative WIMM_E_* code
+ *   on failure; wimm_strerror() names it. The provider's own error (errno,
+ *   fi_errno, ibv_wc_status) of the last failure stays readable with
+ *   wimm_provider_error().
+ * - Objects are opaque. wimm_x_delete(&x) accepts NULL (and *x == NULL) and
+ *   clears the pointer.
+ * - imm values are host-order uint32_t everywhere in this API; byte order on
+ *   the wire is the backend's business.
+ * - Thread safety: a context and every object made from it (regions,
+ *   listeners, connections) must be used by one thread at a time. Different
+ *   contexts are fully independent: give each thread its own context, the way
+ *   each thread owns a completion queue. wimm_strerror() and the imm layout
+ *   functions are thread-safe.
+ */
+#ifndef WIMM_H
+#define WIMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WIMM_VERSION_MAJOR 0
+#define WIMM_VERSION_MINOR 1
+#define WIMM_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------- errors */
+
+/* Error codes. Values are stable; never compare against literals. */
+#define WIMM_ERRNO_MAP(X)                                                        \
+	X(INVAL, 1, "invalid argument")                                          \
+	X(NOMEM, 2, "out of memory")                                             \
+	X(AGAIN, 3, "resource temporarily unavailable (no credit or queue full)") \
+	X(RANGE, 4, "value does not fit its imm field")                          \
+	X(BOUNDS, 5, "offset or length outside the peer's window")              \
+	X(LOCAL_BOUNDS, 6, "offset or length outside the local region")         \
+	X(NOFABRIC, 7, "unknown fabric or backend not built")                   \
+	X(NODEV, 8, "no such device or provider")                                \
+	X(ADDR, 9, "bad or unresolvable address")                                \
+	X(UNREACHABLE, 10, "peer unreachable or connection refused")            \
+	X(TIMEDOUT, 11, "timed out")                                             \
+	X(PROTO, 12, "malformed handshake")                                      \
+	X(VERSION, 13, "handshake version not supported")                       \
+	X(DISCONNECTED, 14, "connection closed or peer dead")                   \
+	X(NOWINDOW, 15, "peer exposes no window")                                \
+	X(NOTSUP, 16, "operation not supported by this fabric")                 \
+	X(PROVIDER, 17, "provider error (see wimm_provider_error)")             \
+	X(TOOBIG, 18, "length exceeds the fabric's maximum message")            \
+	X(BUSY, 19, "object still in use")                                      \
+	X(NORECV, 20, "peer posts no receive buffers for send-with-imm")        \
+	X(TRUNC, 21, "message longer than the peer's receive buffer")           \
+	X(PERM, 22, "region lacks the access this use needs")
+
+enum wimm_error {
+	WIMM_OK = 0,
+#define WIMM_X_ENUM(name, num, text) WIMM_E_##name = -(num),
+	WIMM_ERRNO_MAP(WIMM_X_ENUM)
+#undef WIMM_X_ENUM
+};
+
+/* Name of an error code ("WIMM_E_AGAIN") and its description. Unknown codes
+ * give "unknown error". Thread-safe, never NULL. */
+const char *wimm_err_name(int err);
+const char *wimm_strerror(int err);
+
+/* ----------------------------------------------------------------- types */
+
+struct wimm_ctx;      /* a fabric context: device/provider, event queue */
+struct wimm_mr;       /* a registered memory region */
+struct wimm_listener; /* a passive endpoint accepting connections */
+struct wimm_conn;     /* a reliable connection to one peer */
+
+/* ---------------------------------------------------------------- context */
+
+struct wimm_ctx_attr {
+	/* Upper bound on the sum of send depths and receive windows of all
+	 * connections of the context; sizes the completion queue so it cannot
+	 * overrun. 0 = 4096. A connection that would exceed it is refused
+	 * with WIMM_E_AGAIN. */
+	uint32_t cq_budget;
+	/* Microseconds WIMM_WAIT_ADAPTIVE spins before it sleeps. 0 = 50. */
+	uint32_t spin_us;
+};
+
+/* Open a fabric context by URI:
+ *   "ofi:tcp", "ofi:shm", "ofi:<libfabric provider>" (RMA + remote CQ data),
+ *   "verbs:<device>" (e.g. verbs:rxe0, verbs:mlx5_0), "verbs" (first device),
+ *   "auto" (an RDMA device if one is usable, else ofi:tcp).
+ * attr may be NULL for defaults.
+ * Errors: INVAL (NULL args), NOFABRIC (unknown scheme, backend not built),
+ * NODEV (no such device/provider or it lacks RMA with remote CQ data),
+ * NOMEM, PROVIDER. */
+int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm_ctx **out);
+
+/* Close a context. All its connections, listeners and regions must have
+ * been deleted first (else WIMM_E_BUSY and nothing is closed). */
+int wimm_ctx_close(struct wimm_ctx **ctx);
+
+/* The fabric URI the context resolved to (e.g. "ofi:tcp" for "auto"). */
+const char *wimm_ctx_fabric(const struct wimm_ctx *ctx);
+
+/* Limits of the opened fabric. */
+struct wimm_fabric_limits {
+	size_t max_msg;     /* largest single operation, bytes */
+	size_t inject_size; /* payloads up to this go inline (no source DMA) */
+	uint32_t imm_bytes; /* doorbell size the fabric carries natively */
+	uint32_t max_depth; /* largest send depth / receive window */
+};
+int wimm_ctx_limits(const struct wimm_ctx *ctx, struct wimm_fabric_limits *out);
+
+/* The provider error (errno, -fi_errno, ibv_wc_status ...) recorded with the
+ * last failing call on this context, and a text for it. 0 / "" if none. */
+int wimm_provider_error(const struct wimm_ctx *ctx, const char **text);
+
+/* ------------------------------------------------------- memory regions */
+
+enum wimm_access {
+	WIMM_LOCAL = 0,              /* source or read target only */
+	WIMM_REMOTE_WRITE = 1u << 0, /* peers may write (a window) */
+	WIMM_REMOTE_READ = 1u << 1,  /* peers may read */
+};
+
+/* Register [addr, addr+len) with the context. Only regions meant as a
+ * window get remote access. Errors: INVAL, NOMEM, PROVIDER. */
+int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access,
+		struct wimm_mr **out);
+/* Deregister. WIMM_E_BUSY if a live connection still exposes it. */
+int wimm_mr_dereg(struct wimm_mr **mr);
+void *wimm_mr_addr(const struct wimm_mr *mr);
+size_t wimm_mr_len(const struct wimm_mr *mr);
+
+/* ------------------------------------------------------------ connections */
+
+struct wimm_conn_attr {
+	/* The region this side exposes to the peer (NULL: none), with the
+	 * sub-range [window_off, window_off + window_len); window_len 0 means
+	 * to the end of the region. Needs WIMM_REMOTE_WRITE and/or _READ. */
+	struct wimm_mr *window;
+	size_t window_off;
+	size_t window_len;
+	/* Receive window: how many doorbells (write-with-imm or
+	 * send-with-imm) the peer may have in flight towards us; the peer's
+	 * initial credits. 0 = 64. */
+	uint32_t rx_depth;
+	/* Bytes of each receive buffer for send-with-imm; 0 = no buffers
+	 * (the peer's send_imm then fails with WIMM_E_NORECV). */
+	uint32_t recv_size;
+	/* Operations this side may have outstanding. 0 = 128. */
+	uint32_t sq_depth;
+	/* Handed back in every event of the connection. */
+	void *user;
+};
+
+/* Listen on "host:port" ("0.0.0.0:7471", "[::1]:7471", ":7471"). attr
+ * applies to every accepted connection. Port 0 picks a free port; see
+ * wimm_listener_port(). Errors: INVAL, ADDR, PROVIDER (e.g. port in use,
+ * with errno). */
+int wimm_listen(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_attr *attr,
+		struct wimm_listener **out);
+int wimm_listener_delete(struct wimm_listener **l);
+int wimm_listener_port(const struct wimm_listener *l);
+/* Readable when a connection request is pending, for an epoll loop. */
+int wimm_listener_fd(const struct wimm_listener *l);
+
+/* Accept one connection, waiting up to timeout_ms (-1 forever, 0 poll).
+ * Errors: TIMEDOUT (nothing pending in time; AGAIN for timeout 0), PROTO /
+ * VERSION (the request's handshake was bad: it is rejected, the listener
+ * stays usable), AGAIN (cq_budget exhausted), PROVIDER. */
+int wimm_accept(struct wimm_listener *l, int timeout_ms, struct wimm_conn **out);
+
+/* Connect to "host:port", waiting up to timeout_ms (-1: 10 s). Errors: ADDR,
+ * UNREACHABLE (refused / no route), TIMEDOUT, PROTO, VERSION, AGAIN
+ * (cq_budget), PROVIDER. */
+int wimm_connect(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_attr *attr,
+		 int timeout_ms, struct wimm_conn **out);
+
+/* Close and free a connection. Events of it still queued in the context are
+ * dropped, so no event ever names a deleted connection. */
+int wimm_conn_delete(struct wimm_conn **c);
+
+/* What the peer exposed and what this side may still post. */
+struct wimm_conn_info {
+	size_t peer_window_len; /* 0: the peer exposes no window */
+	unsigned peer_window_access; /* WIMM_REMOTE_WRITE / _READ */
+	uint32_t peer_rx_depth;  /* initial credits */
+	uint32_t peer_recv_size; /* per-buffer bytes for send_imm */
+	uint32_t credits;        /* doorbells we may post right now */
+	int connected;           /* 0 once the peer is gone */
+};
+int wimm_conn_info(const struct wimm_conn *c, struct wimm_conn_info *out);
+void *wimm_conn_user(const struct wimm_conn *c);
+
+/* ------------------------------------------------------------- operations */
+
+enum wimm_op {
+	WIMM_OP_WRITE_IMM = 1,
+	WIMM_OP_WRITE = 2,
+	WIMM_OP_SEND_IMM = 3,
+	WIMM_OP_READ = 4,
+};
+
+enum wimm_op_flags {
+	/* Report completion with a WIMM_EV_SEND_DONE event. Without it the
+	 * operation is unsignaled: errors are still reported (WIMM_EV_ERROR),
+	 * success is silent. */
+	WIMM_F_SIGNAL = 1u << 0,
+	/* Out of credits: wait (driving progress) instead of returning
+	 * WIMM_E_AGAIN. Fails with DISCONNECTED if the peer goes away. */
+	WIMM_F_WAIT = 1u << 1,
+};
+
+/* Write len bytes from src[src_off..] to the peer's window at dst_off and
+ * ring the doorbell imm. len 0 is a pure doorbell (needs no window). The
+ * peer gets one WIMM_EV_WRITE_IMM event {imm, len} after all bytes landed;
+ * events of one connection arrive in post order. Consumes one credit.
+ * Errors, each with nothing posted: INVAL, LOCAL_BOUNDS (src range outside
+ * src), NOWINDOW, BOUNDS (dst range outside the peer's window), PERM (peer
+ * window not writable), TOOBIG, AGAIN (no credit or send queue full),
+ * DISCONNECTED, PROVIDER. The source must stay unchanged until the
+ * operation completes (signaled), unless len <= inject_size. */
+int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
+		   size_t len, uint32_t imm, unsigned flags);
+
+/* Plain RDMA write: no doorbell, no credit. Same errors as write_imm. */
+int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
+	       size_t len, unsigned flags);
+
+/* Two-sided send into one of the peer's receive buffers, carrying imm; the
+ * peer gets WIMM_EV_SEND_IMM with the bytes. Consumes one credit. Errors as
+ * write_imm plus NORECV (peer posts no buffers) and TRUNC (len above the
+ * peer's recv_size). */
+int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t len,
+		  uint32_t imm, unsigned flags);
+
+/* RDMA read of len bytes of the peer's window at src_off into
+ * dst[dst_off..]. Completion: WIMM_EV_SEND_DONE (op READ) when signaled;
+ * without WIMM_F_SIGNAL the caller cannot know when the bytes are there, so
+ * read is always signaled. Errors as write (PERM if not readable). */
+int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off,
+	      size_t len, unsigned flags);
+
+/* ----------------------------------------------------------------- events */
+
+enum wimm_event_type {
+	WIMM_EV_WRITE_IMM = 1, /* peer's write-with-imm landed: imm, len */
+	WIMM_EV_SEND_IMM = 2,  /* peer's send-with-imm: imm, len, data */
+	WIMM_EV_SEND_DONE = 3, /* a signaled local operation completed: op, op_seq */
+	WIMM_EV_DISCONNECT = 4, /* the peer closed or died; status says why */
+	WIMM_EV_ERROR = 5,      /* a local operation failed: op, op_seq, status */
+	WIMM_EV_CONNECT = 6,    /* a listener has a pending request: wimm_accept it */
+};
+
+struct wimm_event {
+	enum wimm_event_type type;
+	struct wimm_conn *conn;         /* NULL for CONNECT */
+	struct wimm_listener *listener; /* CONNECT only */
+	void *user;                     /* the connection's attr.user */
+	uint32_t imm;                   /* host order */
+	uint32_t len;                   /* bytes written / sent / read */
+	/* SEND_IMM: the received bytes, valid until the next poll or wait call
+	 * on this context (the buffer is then handed back to the peer). */
+	const void *data;
+	enum wimm_op op; /* SEND_DONE / ERROR */
+	/* SEND_DONE / ERROR: number of the operation on its connection,
+	 * counting every successfully posted operation from 0. */
+	uint64_t op_seq;
+	int status;   /* 0 or WIMM_E_* */
+	int prov_err; /* the provider's code for a failure, e.g. ibv_wc_status */
+};
+
+/* Fetch up to n events without blocking; returns how many (0: none) or a
+ * negative error. Also drives the fabric's progress and hands consumed
+ * receive slots back to the peers as credits. */
+int wimm_poll(struct wimm_ctx *ctx, struct wimm_event *ev, int n);
+
+enum wimm_wait_mode {
+	WIMM_WAIT_SPIN = 0,     /* busy-poll until an event or the timeout */
+	WIMM_WAIT_BLOCK = 1,    /* arm, poll again, then sleep in the kernel */
+	WIMM_WAIT_ADAPTIVE = 2, /* spin attr.spin_us, then block */
+};
+
+/* Wait up to timeout_ms (-1 forever, 0 once) for at least one event; returns
+ * how many were stored (0 on timeout) or a negative error. Race-free: no
+ * event that arrives while the caller goes to sleep is missed. */
+int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait_mode mode,
+	      int timeout_ms);
+
+/* Drive the fabric's progress without taking events (for a receiver that
+ * polls memory, as in write_poll: libfabric's tcp provider moves data only
+ * when called). Events found are kept for the next poll. */
+int wimm_progress(struct wimm_ctx *ctx);
+
+/* For an application's own epoll loop: a file descriptor that becomes
+ * readable when the context may have events. Before sleeping on it call
+ * wimm_ctx_arm(): 0 means armed (safe to sleep), WIMM_E_AGAIN means events
+ * are already pending (call wimm_poll first). */
+int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd);
+int wimm_ctx_arm(struct wimm_ctx *ctx);
+
+/* ------------------------------------------------------------ imm layouts */
+
+/* A typed layout of the 32-bit imm: named fields, most significant first,
+ * whose widths add up to at most 32, e.g. {"len",16},{"seq",12},{"flag",4}. */
+struct wimm_imm_field {
+	const char *name;
+	unsigned bits; /* 1..32 */
+};
+
+#define WIMM_IMM_MAX_FIELDS 8
+
+struct wimm_imm_layout {
+	unsigned nfields;
+	struct wimm_imm_field field[WIMM_IMM_MAX_FIELDS];
+	/* Filled by wimm_imm_layout_init. */
+	uint8_t shift[WIMM_IMM_MAX_FIELDS];
+	uint32_t mask[WIMM_IMM_MAX_FIELDS];
+};
+
+/* Validate fields (1..32 bits each, total <= 32, names distinct and
+ * non-NULL) and compute shifts. Errors: INVAL, RANGE (total > 32). */
+int wimm_imm_layout_init(struct wimm_imm_layout *l, const struct wimm_imm_field *fields,
+			 unsigned nfields);
+/* Pack values[0..nfields) into *imm. RANGE if a value exceeds its width
+ * (nothing is written then). */
+int wimm_imm_pack(const struct wimm_imm_layout *l, const uint32_t *values, uint32_t *imm);
+/* Unpack imm into values[0..nfields). Bits outside the fields are ignored. */
+int wimm_imm_unpack(const struct wimm_imm_layout *l, uint32_t imm, uint32_t *values);
+/* Index of a field by name, or WIMM_E_INVAL. */
+int wimm_imm_field_index(const struct wimm_imm_layout *l, const char *name);
+
+/* --------------------------------------------------------------- discovery */
+
+/* Print the fabrics usable on this machine and their limits (the body of
+ * `wimm info`), as text or as one JSON object. */
+int wimm_describe_fabrics(void *file /* FILE * */, int json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WIMM_H */

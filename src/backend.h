@@ -1,0 +1,177 @@
+/* The backend ops table: the one seam between wimm's core and a transport.
+ *
+ * The core owns everything that is the same on every fabric: URI parsing,
+ * handshake encoding and strict decoding, bounds checks, credit accounting,
+ * the event backlog and the wait modes. A backend owns its provider objects
+ * and moves bytes. Division of work for each object:
+ *
+ *   core                                 backend
+ *   struct wimm_ctx    -> void *bctx     device/domain, CQ(s), wait fd
+ *   struct wimm_mr     -> struct wimm_bmr  registration, keys, desc
+ *   struct wimm_listener -> void *blis   passive endpoint / cm listener
+ *   struct wimm_conn   -> void *bconn    QP / endpoint, receive slots
+ *
+ * Contract every backend keeps (DESIGN.md, checked by tests/conformance):
+ * - post() either posts exactly what it was asked or posts nothing and
+ *   returns a negative WIMM_E_*; it never blocks.
+ * - poll() returns completions of one connection in post order, a receive
+ *   completion only after its bytes are visible to the CPU, and never a
+ *   completion naming a connection that conn_delete() has freed.
+ * - A dead peer surfaces as one WIMM_CQE_CONN_DOWN from poll() (within
+ *   about 1 s), never as a hang; outstanding operations then complete with
+ *   errors or are dropped with the connection.
+ * - Provider errors are recorded with wimm_ctx_set_provider_error() before
+ *   returning WIMM_E_PROVIDER (or a more precise code).
+ * - The hot path (post, poll with completions pending) makes no syscalls
+ *   beyond what the provider itself needs.
+ */
+#ifndef WIMM_BACKEND_H
+#define WIMM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wimm.h"
+
+struct wimm_handshake;
+
+/* The backend's view of a registered region. */
+struct wimm_bmr {
+	void *addr;
+	size_t len;
+	unsigned access; /* WIMM_LOCAL / WIMM_REMOTE_* */
+	uint64_t key;    /* remote key the peer uses (rkey / fi_mr_key) */
+	void *desc;      /* local descriptor for posts (fi_mr_desc / ibv_mr *) */
+	void *priv;      /* backend's own handle (ibv_mr * / fid_mr *) */
+};
+
+/* Per-connection sizing the core hands to conn_new(). */
+struct wimm_conn_cfg {
+	struct wimm_conn *core; /* tag every completion of this conn with it */
+	uint32_t rx_depth;      /* receive slots to keep posted */
+	uint32_t recv_size;     /* bytes per receive slot (0: zero-length slots) */
+	uint32_t sq_depth;      /* user operations that may be outstanding */
+	uint32_t sq_reserve;    /* extra send slots for the core's credit writes */
+};
+
+/* A work request, already bounds-checked and resolved by the core. */
+struct wimm_wr {
+	enum wimm_op op;
+	void *local;                 /* source (write/send) or target (read) */
+	size_t len;
+	const struct wimm_bmr *lmr;  /* region of `local`; NULL only if len == 0 */
+	uint64_t raddr;              /* remote address (write/read) */
+	uint64_t rkey;               /* remote key (write/read) */
+	uint32_t imm;                /* host order (WRITE_IMM / SEND_IMM) */
+	int signal;                  /* report success as WIMM_CQE_SEND_DONE */
+	int internal;                /* core's credit write: may use sq_reserve */
+	uint64_t op_seq;             /* echoed in the completion */
+};
+
+enum wimm_cqe_kind {
+	WIMM_CQE_RECV_WRITE_IMM = 1, /* peer's write-with-imm: imm, len */
+	WIMM_CQE_RECV_SEND_IMM,      /* peer's send-with-imm: imm, len, data */
+	WIMM_CQE_SEND_DONE,          /* a signaled op completed: op, op_seq */
+	WIMM_CQE_SEND_ERROR,         /* an op failed: op, op_seq, status, prov_err */
+	WIMM_CQE_CONN_DOWN,          /* connection lost: status, prov_err */
+};
+
+struct wimm_cqe {
+	enum wimm_cqe_kind kind;
+	struct wimm_conn *conn; /* the cfg.core given at conn_new */
+	uint32_t imm;           /* host order */
+	uint32_t len;
+	const void *data; /* RECV_SEND_IMM: slot bytes, valid until rx_release */
+	enum wimm_op op;
+	uint64_t op_seq;
+	int internal; /* SEND_ERROR of a core credit write */
+	int status;   /* WIMM_E_* */
+	int prov_err; /* ibv_wc_status, -fi_errno, errno */
+};
+
+struct wimm_backend_ops {
+	const char *scheme; /* "ofi", "verbs" */
+
+	/* Open the fabric named by `spec` (the URI after "scheme:", may be
+	 * ""). cq_budget: completions that may be outstanding over all
+	 * connections; size the CQ(s) for it. Errors: NODEV, NOTSUP, PROVIDER.
+	 * `ctx` is for wimm_ctx_set_provider_error(). */
+	int (*ctx_open)(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, void **bctx);
+	void (*ctx_close)(void *bctx);
+	/* Canonical name of the opened fabric, e.g. "ofi:tcp", "verbs:rxe0". */
+	const char *(*ctx_fabric)(void *bctx);
+	int (*ctx_limits)(void *bctx, struct wimm_fabric_limits *out);
+	/* Print what this backend can open on this machine (wimm info);
+	 * json: append members to an open JSON array ("first" tracks commas). */
+	int (*describe)(FILE *f, int json, int *first);
+	/* 1 if `auto` should pick this backend (a usable device exists). */
+	int (*auto_probe)(char *spec, size_t spec_len);
+
+	int (*mr_reg)(void *bctx, void *addr, size_t len, unsigned access, struct wimm_bmr *out);
+	void (*mr_dereg)(void *bctx, struct wimm_bmr *mr);
+
+	/* Passive side. host may be "" (any). *port receives the bound port. */
+	int (*listen)(void *bctx, const char *host, const char *port, void **blis, int *port_out);
+	void (*listener_close)(void *blis);
+	int (*listener_fd)(void *blis);
+	/* Wait up to timeout_ms for a request; return its handshake bytes
+	 * (the peer's, copied into hs/hs_len) and a request handle.
+	 * TIMEDOUT / AGAIN (timeout 0) when none. */
+	int (*get_request)(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
+	/* Refuse a request (bad handshake, no budget) and free it. */
+	void (*reject)(void *breq, int why);
+
+	/* Create the endpoint of a new connection: from a request (passive
+	 * side) or breq == NULL (active side). Posts rx_depth receive slots. */
+	int (*conn_new)(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);
+	/* Transport address the peer needs beyond host:port (RDM endpoint
+	 * name); *len = 0 when none. Goes into the handshake. */
+	int (*conn_addr)(void *bconn, uint8_t *buf, size_t *len);
+	/* Active side: reach host:port, send hs, receive the peer's reply
+	 * bytes into reply/reply_len (capacity in, length out). */
+	int (*connect)(void *bconn, const char *host, const char *port, const uint8_t *hs,
+		       size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
+	/* Passive side: complete the request with our handshake bytes. */
+	int (*accept)(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+	/* Both sides, after the peer's handshake is decoded and checked:
+	 * anything the endpoint needs from it (RDM: insert its address). */
+	int (*conn_ready)(void *bconn, const struct wimm_handshake *peer);
+	/* Tear down; completions of it are never returned afterwards. */
+	void (*conn_delete)(void *bconn);
+
+	int (*post)(void *bconn, const struct wimm_wr *wr);
+	/* Hand `n` consumed receive slots (oldest first) back to the
+	 * receive queue; post them in one batch. */
+	int (*rx_release)(void *bconn, uint32_t n);
+
+	/* Up to n completions; 0 when none. Drives progress. */
+	int (*poll)(void *bctx, struct wimm_cqe *out, int n);
+	/* A file descriptor readable when poll() may return something. */
+	int (*fd)(void *bctx);
+	/* Arm the fd: 0 = armed, safe to sleep; WIMM_E_AGAIN = something is
+	 * pending, poll first. Acknowledge consumed events in batches. */
+	int (*arm)(void *bctx);
+};
+
+/* Backends built into this library (NULL-terminated), see ctx.c. */
+extern const struct wimm_backend_ops *const wimm_backends[];
+#ifdef WIMM_HAVE_OFI
+extern const struct wimm_backend_ops wimm_ofi_ops;
+#endif
+#ifdef WIMM_HAVE_VERBS
+extern const struct wimm_backend_ops wimm_verbs_ops;
+#endif
+
+/* Core services for backends. */
+void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char *text);
+
+/* Split "host:port" / "[v6]:port" / ":port" into host and port strings.
+ * WIMM_E_ADDR when malformed. */
+int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port,
+			size_t port_len);
+
+/* Millisecond monotonic clock, for timeouts. */
+int64_t wimm_now_ms(void);
+
+#endif /* WIMM_BACKEND_H */

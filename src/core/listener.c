@@ -1,0 +1,114 @@
+/* Listeners: a passive endpoint plus the attributes of the connections it
+ * accepts. */
+#include <stdlib.h>
+
+#include "core/core.h"
+
+struct wimm_listener {
+	struct wimm_ctx *ctx;
+	void *blis;
+	struct wimm_conn_attr attr;
+	int port;
+	int fd;
+};
+
+int wimm_listen(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_attr *attr,
+		struct wimm_listener **out)
+{
+	char host[256], port[8];
+	struct wimm_listener *l;
+	int ret;
+
+	if (!out)
+		return WIMM_E_INVAL;
+	*out = NULL;
+	if (!ctx || !addr)
+		return WIMM_E_INVAL;
+	ret = wimm_split_hostport(addr, host, sizeof(host), port, sizeof(port));
+	if (ret)
+		return ret;
+	if (attr && attr->window && wimm_mr_ctx(attr->window) != ctx)
+		return WIMM_E_INVAL;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return WIMM_E_NOMEM;
+	l->ctx = ctx;
+	if (attr)
+		l->attr = *attr;
+	const struct wimm_backend_ops *ops = wimm_ctx_ops(ctx);
+	ret = ops->listen(wimm_ctx_bctx(ctx), host, port, &l->blis, &l->port);
+	if (ret)
+		goto err_free_listener;
+	l->fd = ops->listener_fd(l->blis);
+	ret = wimm_ctx_watch_listener(ctx, l, l->fd, 1);
+	if (ret)
+		goto err_close_listener;
+	if (l->attr.window)
+		wimm_mr_expose(l->attr.window, 1);
+	wimm_ctx_count_object(ctx, 1);
+	*out = l;
+	return 0;
+
+err_close_listener:
+	ops->listener_close(l->blis);
+err_free_listener:
+	free(l);
+	return ret;
+}
+
+int wimm_listener_delete(struct wimm_listener **pl)
+{
+	if (!pl || !*pl)
+		return 0;
+	struct wimm_listener *l = *pl;
+	wimm_ctx_watch_listener(l->ctx, l, l->fd, 0);
+	wimm_ctx_ops(l->ctx)->listener_close(l->blis);
+	if (l->attr.window)
+		wimm_mr_expose(l->attr.window, -1);
+	wimm_ctx_count_object(l->ctx, -1);
+	free(l);
+	*pl = NULL;
+	return 0;
+}
+
+int wimm_listener_port(const struct wimm_listener *l)
+{
+	return l ? l->port : WIMM_E_INVAL;
+}
+
+int wimm_listener_fd(const struct wimm_listener *l)
+{
+	return l ? l->fd : WIMM_E_INVAL;
+}
+
+const struct wimm_conn_attr *wimm_listener_attr(const struct wimm_listener *l)
+{
+	return &l->attr;
+}
+
+struct wimm_ctx *wimm_listener_ctx(const struct wimm_listener *l)
+{
+	return l->ctx;
+}
+
+void *wimm_listener_blis(const struct wimm_listener *l)
+{
+	return l->blis;
+}
+
+int wimm_accept(struct wimm_listener *l, int timeout_ms, struct wimm_conn **out)
+{
+	uint8_t hs[WIMM_HS_MAX_LEN];
+	size_t hs_len = sizeof(hs);
+	void *breq = NULL;
+
+	if (!out)
+		return WIMM_E_INVAL;
+	*out = NULL;
+	if (!l)
+		return WIMM_E_INVAL;
+	int ret = wimm_ctx_ops(l->ctx)->get_request(l->blis, timeout_ms, &breq, hs, &hs_len);
+	if (ret)
+		return ret;
+	return wimm_conn_accept_request(l, breq, hs, hs_len, timeout_ms, out);
+}

@@ -1,0 +1,60 @@
+/* Small helpers shared by the core and the backends. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+
+int64_t wimm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int copy_part(char *dst, size_t cap, const char *src, size_t n)
+{
+	if (n >= cap)
+		return WIMM_E_ADDR;
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+	return 0;
+}
+
+int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port,
+			size_t port_len)
+{
+	const char *colon;
+	const char *h = addr;
+	size_t hn;
+
+	if (!addr || !host || !port)
+		return WIMM_E_INVAL;
+	if (addr[0] == '[') {
+		/* "[v6]:port" keeps the colons of the address out of the split. */
+		const char *close = strchr(addr, ']');
+		if (!close || close[1] != ':')
+			return WIMM_E_ADDR;
+		h = addr + 1;
+		hn = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon || memchr(addr, ':', (size_t)(colon - addr)))
+			return WIMM_E_ADDR;
+		hn = (size_t)(colon - addr);
+	}
+	const char *p = colon + 1;
+	size_t pn = strlen(p);
+	if (pn == 0 || pn > 5 || strspn(p, "0123456789") != pn)
+		return WIMM_E_ADDR;
+	unsigned long v = 0;
+	for (size_t i = 0; i < pn; i++)
+		v = v * 10 + (unsigned long)(p[i] - '0');
+	if (v > 65535)
+		return WIMM_E_ADDR;
+	if (copy_part(host, host_len, h, hn) || copy_part(port, port_len, p, pn))
+		return WIMM_E_ADDR;
+	return 0;
+}

@@ -1,0 +1,404 @@
+/* libfabric backend: fabric, domain, memory regions, limits, discovery. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "ofi/ofi_internal.h"
+
+#define OFI_CAPS (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_REMOTE_READ | \
+		  FI_SEND | FI_RECV)
+
+int ofi_err(struct ofi_ctx *x, int fi_ret, const char *what)
+{
+	char text[160];
+
+	snprintf(text, sizeof(text), "%s: %s", what, fi_strerror(fi_ret < 0 ? -fi_ret : fi_ret));
+	wimm_ctx_set_provider_error(x->core, fi_ret < 0 ? fi_ret : -fi_ret, text);
+	switch (fi_ret < 0 ? -fi_ret : fi_ret) {
+	case FI_ENOMEM:
+		return WIMM_E_NOMEM;
+	case FI_EAGAIN:
+		return WIMM_E_AGAIN;
+	case FI_ECONNREFUSED:
+	case FI_EHOSTUNREACH:
+	case FI_ENETUNREACH:
+		return WIMM_E_UNREACHABLE;
+	case FI_ETIMEDOUT:
+		return WIMM_E_TIMEDOUT;
+	case FI_ECONNRESET:
+	case FI_ENOTCONN:
+	case FI_ECONNABORTED:
+	case FI_EPIPE:
+	case FI_ESHUTDOWN:
+		return WIMM_E_DISCONNECTED;
+	default:
+		return WIMM_E_PROVIDER;
+	}
+}
+
+int ofi_errno_err(struct ofi_ctx *x, int err, const char *what, int code)
+{
+	char text[160];
+
+	snprintf(text, sizeof(text), "%s: %s", what, strerror(err));
+	wimm_ctx_set_provider_error(x->core, err, text);
+	return code;
+}
+
+struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	if (!h)
+		return NULL;
+	h->caps = OFI_CAPS;
+	h->mode = 0;
+	h->ep_attr->type = type;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	if (prov) {
+		h->fabric_attr->prov_name = strdup(prov);
+		if (!h->fabric_attr->prov_name) {
+			fi_freeinfo(h);
+			return NULL;
+		}
+	}
+	return h;
+}
+
+/* fi_getinfo for the provider: native MSG endpoints first (tcp's MSG beats
+ * tcp;ofi_rxm on latency), else RDM. Only infos with remote CQ data count. */
+static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
+{
+	static const enum fi_ep_type types[] = { FI_EP_MSG, FI_EP_RDM };
+	int last = -FI_ENODATA;
+
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		struct fi_info *hints = ofi_hints(prov, types[t]);
+		struct fi_info *list = NULL;
+		int ret;
+
+		if (!hints)
+			return WIMM_E_NOMEM;
+		ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
+		fi_freeinfo(hints);
+		if (ret) {
+			last = ret;
+			continue;
+		}
+		for (struct fi_info *i = list; i; i = i->next) {
+			/* A layered name ("tcp;ofi_rxm") is not the provider asked for. */
+			if (strcmp(i->fabric_attr->prov_name, prov) ||
+			    i->domain_attr->cq_data_size < 4)
+				continue;
+			*out = fi_dupinfo(i);
+			fi_freeinfo(list);
+			return *out ? 0 : WIMM_E_NOMEM;
+		}
+		fi_freeinfo(list);
+	}
+	wimm_ctx_set_provider_error(x->core, last,
+				    "no libfabric provider with RMA and remote CQ data by that name");
+	return WIMM_E_NODEV;
+}
+
+/* Zero-length doorbells to a peer without a window name key 0 at address 0:
+ * where we choose the keys, key 0 is an 8-byte dummy region placed so that
+ * address 0 falls inside it, so such writes pass the provider's key check. */
+static int ofi_reg_null_mr(struct ofi_ctx *x)
+{
+	int ret;
+
+	if (x->prov_key)
+		return 0;
+	ret = fi_mr_reg(x->domain, &x->null_word, sizeof(x->null_word), FI_REMOTE_WRITE,
+			(uint64_t)(uintptr_t)&x->null_word, 0, 0, &x->null_mr, NULL);
+	if (ret)
+		return ofi_err(x, ret, "fi_mr_reg (null window)");
+	return 0;
+}
+
+static void ofi_ctx_close(void *bctx);
+
+static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, void **bctx)
+{
+	struct ofi_ctx *x;
+	struct fid_cq *probe;
+	struct fi_cq_attr cqa = { .size = 4, .format = FI_CQ_FORMAT_DATA,
+				  .wait_obj = FI_WAIT_FD };
+	int ret;
+
+	(void)cq_budget; /* every connection has its own CQ, sized at conn_new */
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return WIMM_E_NOMEM;
+	x->core = ctx;
+	x->epfd = -1;
+	x->timerfd = -1;
+	x->next_key = 1;
+	if (!spec || !*spec)
+		spec = "tcp";
+	ret = ofi_find(x, spec, &x->info);
+	if (ret)
+		goto err_free;
+	x->msg = x->info->ep_attr->type == FI_EP_MSG;
+	x->prov_key = !!(x->info->domain_attr->mr_mode & FI_MR_PROV_KEY);
+	/* Remote addresses are always virtual addresses: the core sends the
+	 * window's address. Providers that default to offsets (tcp) accept
+	 * FI_MR_VIRT_ADDR when the domain asks for it. */
+	x->info->domain_attr->mr_mode |= FI_MR_VIRT_ADDR;
+	snprintf(x->fabric_name, sizeof(x->fabric_name), "ofi:%s", x->info->fabric_attr->prov_name);
+
+	ret = fi_fabric(x->info->fabric_attr, &x->fabric, NULL);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_fabric");
+		goto err_freeinfo;
+	}
+	ret = fi_domain(x->fabric, x->info, &x->domain, NULL);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_domain");
+		goto err_close_fabric;
+	}
+	ret = ofi_reg_null_mr(x);
+	if (ret)
+		goto err_close_domain;
+
+	x->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (x->epfd < 0) {
+		ret = ofi_errno_err(x, errno, "epoll_create1", WIMM_E_PROVIDER);
+		goto err_close_null_mr;
+	}
+	/* Does the provider give CQs a wait fd? (tcp: yes; shm 1.17: no.) */
+	if (!fi_cq_open(x->domain, &cqa, &probe, NULL)) {
+		x->cq_wait_fd = 1;
+		fi_close(&probe->fid);
+	}
+	if (!x->cq_wait_fd) {
+		/* No fd to sleep on: a 1 ms tick bounds the sleep instead of spinning. */
+		struct itimerspec its = { .it_interval = { 0, 1000000 },
+					  .it_value = { 0, 1000000 } };
+
+		x->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (x->timerfd < 0 || timerfd_settime(x->timerfd, 0, &its, NULL) ||
+		    ofi_epoll_add(x, x->timerfd)) {
+			ret = ofi_errno_err(x, errno, "timerfd", WIMM_E_PROVIDER);
+			goto err_close_timer;
+		}
+	}
+	*bctx = x;
+	return 0;
+
+err_close_timer:
+	if (x->timerfd >= 0)
+		close(x->timerfd);
+	close(x->epfd);
+err_close_null_mr:
+	if (x->null_mr)
+		fi_close(&x->null_mr->fid);
+err_close_domain:
+	fi_close(&x->domain->fid);
+err_close_fabric:
+	fi_close(&x->fabric->fid);
+err_freeinfo:
+	fi_freeinfo(x->info);
+err_free:
+	free(x);
+	return ret;
+}
+
+static void ofi_ctx_close(void *bctx)
+{
+	struct ofi_ctx *x = bctx;
+
+	if (!x)
+		return;
+	while (x->conns)
+		ofi_conn_delete(x->conns);
+	if (x->timerfd >= 0)
+		close(x->timerfd);
+	close(x->epfd);
+	if (x->null_mr)
+		fi_close(&x->null_mr->fid);
+	fi_close(&x->domain->fid);
+	fi_close(&x->fabric->fid);
+	fi_freeinfo(x->info);
+	free(x->fids);
+	free(x);
+}
+
+/* Rebuild the fid list fi_trywait() checks after a connection came or went. */
+int ofi_ctx_track(struct ofi_ctx *x)
+{
+	struct fid **fids;
+	size_t n = 0;
+
+	fids = malloc((2 * (size_t)x->nconns + 1) * sizeof(*fids));
+	if (!fids)
+		return WIMM_E_NOMEM;
+	for (struct ofi_conn *c = x->conns; c; c = c->next) {
+		if (c->cq && x->cq_wait_fd)
+			fids[n++] = &c->cq->fid;
+		if (c->eq)
+			fids[n++] = &c->eq->fid;
+	}
+	free(x->fids);
+	x->fids = fids;
+	x->nfids = n;
+	return 0;
+}
+
+static const char *ofi_ctx_fabric(void *bctx)
+{
+	return ((struct ofi_ctx *)bctx)->fabric_name;
+}
+
+static uint32_t ofi_min32(size_t a, size_t b)
+{
+	size_t m = a < b ? a : b;
+
+	return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
+}
+
+static int ofi_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
+{
+	struct ofi_ctx *x = bctx;
+	size_t max = x->info->ep_attr->max_msg_size;
+
+	/* The length travels in the upper 32 bits of the CQ data. */
+	out->max_msg = max > UINT32_MAX ? UINT32_MAX : max;
+	out->inject_size = x->info->tx_attr->inject_size;
+	out->imm_bytes = (uint32_t)x->info->domain_attr->cq_data_size;
+	out->max_depth = ofi_min32(x->info->tx_attr->size, x->info->rx_attr->size);
+	return 0;
+}
+
+static const char *ofi_ep_name(enum fi_ep_type t)
+{
+	return t == FI_EP_MSG ? "msg" : t == FI_EP_RDM ? "rdm" : "dgram";
+}
+
+static int ofi_describe(FILE *f, int json, int *first)
+{
+	struct fi_info *hints = ofi_hints(NULL, FI_EP_UNSPEC);
+	struct fi_info *list = NULL;
+	char seen[16][80];
+	int nseen = 0;
+	int ret;
+
+	if (!hints)
+		return WIMM_E_NOMEM;
+	ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
+	fi_freeinfo(hints);
+	if (ret)
+		return 0; /* nothing usable is not an error for `wimm info` */
+	for (struct fi_info *i = list; i; i = i->next) {
+		char key[80];
+		int dup = 0;
+
+		if (i->domain_attr->cq_data_size < 4 ||
+		    (i->ep_attr->type != FI_EP_MSG && i->ep_attr->type != FI_EP_RDM))
+			continue;
+		snprintf(key, sizeof(key), "%s/%s", i->fabric_attr->prov_name,
+			 ofi_ep_name(i->ep_attr->type));
+		for (int k = 0; k < nseen; k++)
+			dup |= !strcmp(seen[k], key);
+		if (dup || nseen == 16)
+			continue;
+		memcpy(seen[nseen++], key, sizeof(key));
+		if (json) {
+			fprintf(f, "%s{\"fabric\":\"ofi:%s\",\"ep_type\":\"%s\",\"domain\":\"%s\","
+				"\"max_msg_size\":%zu,\"inject_size\":%zu,\"cq_data_size\":%zu,"
+				"\"tx_size\":%zu,\"rx_size\":%zu}",
+				*first ? "" : ",", i->fabric_attr->prov_name,
+				ofi_ep_name(i->ep_attr->type), i->domain_attr->name,
+				i->ep_attr->max_msg_size, i->tx_attr->inject_size,
+				i->domain_attr->cq_data_size, i->tx_attr->size, i->rx_attr->size);
+			*first = 0;
+		} else {
+			fprintf(f, "ofi:%-16s ep=%s domain=%s max_msg=%zu inject=%zu cq_data=%zu "
+				"tx=%zu rx=%zu\n", i->fabric_attr->prov_name,
+				ofi_ep_name(i->ep_attr->type), i->domain_attr->name,
+				i->ep_attr->max_msg_size, i->tx_attr->inject_size,
+				i->domain_attr->cq_data_size, i->tx_attr->size, i->rx_attr->size);
+		}
+	}
+	fi_freeinfo(list);
+	return 0;
+}
+
+static int ofi_auto_probe(char *spec, size_t spec_len)
+{
+	/* ofi is the fallback of `auto`, never its first choice. */
+	(void)spec;
+	(void)spec_len;
+	return 0;
+}
+
+static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struct wimm_bmr *out)
+{
+	struct ofi_ctx *x = bctx;
+	uint64_t acc = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
+	struct fid_mr *mr;
+	int ret;
+
+	if (access & WIMM_REMOTE_WRITE)
+		acc |= FI_REMOTE_WRITE;
+	if (access & WIMM_REMOTE_READ)
+		acc |= FI_REMOTE_READ;
+	for (;;) {
+		uint64_t key = x->prov_key ? 0 : x->next_key++;
+
+		ret = fi_mr_reg(x->domain, addr, len, acc, 0, key, 0, &mr, NULL);
+		/* A key still held by another registration: take the next one. */
+		if (ret != -FI_ENOKEY || x->prov_key)
+			break;
+	}
+	if (ret)
+		return ofi_err(x, ret, "fi_mr_reg");
+	out->addr = addr;
+	out->len = len;
+	out->access = access;
+	out->key = fi_mr_key(mr);
+	out->desc = fi_mr_desc(mr);
+	out->priv = mr;
+	return 0;
+}
+
+static void ofi_mr_dereg(void *bctx, struct wimm_bmr *mr)
+{
+	(void)bctx;
+	if (mr && mr->priv)
+		fi_close(&((struct fid_mr *)mr->priv)->fid);
+}
+
+const struct wimm_backend_ops wimm_ofi_ops = {
+	.scheme = "ofi",
+	.ctx_open = ofi_ctx_open,
+	.ctx_close = ofi_ctx_close,
+	.ctx_fabric = ofi_ctx_fabric,
+	.ctx_limits = ofi_ctx_limits,
+	.describe = ofi_describe,
+	.auto_probe = ofi_auto_probe,
+	.mr_reg = ofi_mr_reg,
+	.mr_dereg = ofi_mr_dereg,
+	.listen = ofi_listen,
+	.listener_close = ofi_listener_close,
+	.listener_fd = ofi_listener_fd,
+	.get_request = ofi_get_request,
+	.reject = ofi_reject,
+	.conn_new = ofi_conn_new,
+	.conn_addr = ofi_conn_addr,
+	.connect = ofi_connect,
+	.accept = ofi_accept,
+	.conn_ready = ofi_conn_ready,
+	.conn_delete = ofi_conn_delete,
+	.post = ofi_post,
+	.rx_release = ofi_rx_release,
+	.poll = ofi_poll,
+	.fd = ofi_fd,
+	.arm = ofi_arm,
+};

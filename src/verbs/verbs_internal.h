@@ -1,0 +1,149 @@
+/* rdma-core verbs backend: the objects shared by verbs_ctx.c (device, PD, CQ,
+ * control channels), verbs_conn.c (rdma_cm, QPs) and verbs_post.c (the post
+ * builder and the completion decoder). Nothing here leaves src/verbs/.
+ *
+ * Environment: WIMM_VERBS_SRQ=1 makes connections with zero-length receive
+ * slots (recv_size 0) share one SRQ per context instead of one RQ each.
+ */
+#ifndef WIMM_VERBS_INTERNAL_H
+#define WIMM_VERBS_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define VERBS_STASH 16       /* completions arm() may find after arming */
+#define VERBS_ACK_BATCH 64   /* CQ events acknowledged per ibv_ack_cq_events */
+#define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
+#define VERBS_PDATA_MAX 256  /* largest cm private data we keep */
+
+/* wr_id layout: bit 63 = receive, bits 62..32 = connection generation (so a
+ * completion of a deleted connection whose qp_num was reused is dropped),
+ * bits 31..0 = send post counter or receive slot. */
+#define VERBS_WRID_RECV (1ull << 63)
+#define VERBS_WRID_GEN(w) ((uint32_t)(((w) >> 32) & 0x7fffffffu))
+#define VERBS_WRID(gen, low) (((uint64_t)((gen) & 0x7fffffffu) << 32) | (uint32_t)(low))
+
+struct verbs_conn;
+
+struct verbs_ctx {
+	struct wimm_ctx *core;
+	struct ibv_context **devs; /* rdma_get_devices(): cm_ids resolve into these */
+	struct ibv_context *verbs;
+	struct ibv_device_attr dattr;
+	uint32_t max_msg;
+	uint32_t max_inline;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cch;
+	struct ibv_cq *cq;
+	int cqe;
+	unsigned cq_unacked;
+	struct rdma_event_channel *cm_ch;
+	int epfd;
+	int armed; /* arm() ran: the next poll() is the blocking path */
+	int64_t last_ctl_ms;
+	struct ibv_wc stash[VERBS_STASH];
+	int stash_n, stash_pos;
+
+	/* qp_num -> connection, open addressing with linear probing */
+	struct verbs_conn **tab;
+	uint32_t tab_size, tab_used;
+	uint32_t gen_next;
+	uint32_t down_pending; /* connections with a CONN_DOWN to report */
+
+	/* set by any context that reads a shared async event naming ours */
+	atomic_int async_flag;
+	atomic_int cq_err;
+	unsigned port_gen_seen;
+
+	struct ibv_srq *srq;
+	uint32_t srq_max, srq_used, srq_spare;
+
+	char fabric[80];
+	char errbuf[160];
+};
+
+struct verbs_sslot {
+	uint64_t op_seq;
+	uint8_t op;
+	uint8_t internal;
+	uint8_t report; /* the caller asked for SEND_DONE */
+};
+
+struct verbs_conn {
+	struct verbs_ctx *vc;
+	struct wimm_conn *core;
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
+	uint32_t qp_num;
+	uint32_t gen;
+	int in_tab;
+	int established;
+	int dead;      /* QP known to be in error: posting is refused */
+	int down;      /* 0 alive, 1 CONN_DOWN to report, 2 reported */
+	int down_status, down_prov;
+	atomic_int async_ev; /* QP async event seen by some context, + 1 */
+
+	/* last rdma_cm event while connecting or accepting */
+	int cm_ev, cm_status;
+	uint8_t pdata[VERBS_PDATA_MAX];
+	size_t pdata_len;
+	uint8_t resp_res, init_depth; /* from the request (passive side) */
+
+	/* send queue: ring of sq_size slots, freed in order */
+	uint32_t sq_depth, sq_size;
+	struct verbs_sslot *ss;
+	uint64_t sq_posted, sq_done;
+	uint32_t user_out, unsig_run, sig_every;
+	uint32_t max_inline;
+
+	/* receive window */
+	uint32_t rx_depth, recv_size;
+	int use_srq;
+	uint8_t *rx_buf;
+	struct ibv_mr *rx_mr;
+	struct ibv_recv_wr *rx_wr;
+	struct ibv_sge *rx_sge;
+	uint64_t rx_posted, rx_consumed, rx_released;
+};
+
+/* verbs_ctx.c */
+int verbs_err(struct verbs_ctx *vc, int werr, int prov, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+int verbs_tab_add(struct verbs_ctx *vc, struct verbs_conn *c);
+void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c);
+struct verbs_conn *verbs_tab_find(const struct verbs_ctx *vc, uint32_t qp_num);
+void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov);
+void verbs_control(struct verbs_ctx *vc);
+int verbs_cm_drain(struct verbs_ctx *vc);
+uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq);
+
+/* verbs_conn.c */
+int verbs_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out);
+void verbs_listener_close(void *blis);
+int verbs_listener_fd(void *blis);
+int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
+void verbs_reject(void *breq, int why);
+int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);
+int verbs_conn_addr(void *bconn, uint8_t *buf, size_t *len);
+int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
+		  size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
+int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+int verbs_conn_ready(void *bconn, const struct wimm_handshake *peer);
+void verbs_conn_delete(void *bconn);
+
+/* verbs_post.c */
+int verbs_post(void *bconn, const struct wimm_wr *wr);
+int verbs_rx_post(struct verbs_conn *c, uint32_t n);
+int verbs_rx_release(void *bconn, uint32_t n);
+int verbs_poll(void *bctx, struct wimm_cqe *out, int n);
+int verbs_status_to_wimm(enum ibv_wc_status st);
+
+/* verbs_info.c */
+int verbs_describe(FILE *f, int json, int *first);
+int verbs_auto_probe(char *spec, size_t spec_len);
+
+#endif

@@ -1,0 +1,156 @@
+/* Shared declarations of the wimm command-line tool.
+ *
+ * The tool is split by concern: wimm.c dispatches subcommands, options.c
+ * parses benchmark flags, endpoint.c wraps one side of a connection (its own
+ * context, window and source buffers, event backlog), messages.c implements
+ * the four notification strategies, pingpong.c / rate.c the two benchmarks,
+ * run.c wires server, client and --self together, report.c prints results.
+ */
+#ifndef WIMM_CLI_H
+#define WIMM_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <wimm.h>
+
+#define CLI_DEFAULT_PORT 7471
+#define CLI_DEFAULT_DEPTH 64
+#define CLI_DEFAULT_TIMEOUT_S 30
+
+enum bench_mode {
+	BENCH_PINGPONG,
+	BENCH_RATE,
+};
+
+/* How the receiver learns that a message has arrived (the source article
+ * compares these). */
+enum bench_op {
+	OP_WRITE_IMM,  /* one write-with-imm: data + doorbell */
+	OP_WRITE_SEND, /* plain write, then a 0-byte send-with-imm as doorbell */
+	OP_SEND_IMM,   /* two-sided send into a pre-posted receive buffer */
+	OP_WRITE_POLL, /* plain write; the receiver polls its last byte */
+};
+
+struct bench_opts {
+	enum bench_mode mode;
+	const char *fabric;
+	enum bench_op op;
+	size_t size;
+	uint32_t iters;
+	uint32_t warmup;
+	int port;
+	int port_given;
+	int self;
+	int json;
+	enum wimm_wait_mode wait_mode;
+	uint32_t depth;
+	int timeout_ms; /* longest silence from the peer; -1: wait forever */
+	const char *host; /* NULL: server */
+};
+
+/* ------------------------------------------------------------ options.c */
+
+const char *bench_op_name(enum bench_op op);
+const char *bench_wait_name(enum wimm_wait_mode mode);
+void cli_usage(FILE *f);
+/* Parse argv of `wimm pingpong|rate`; on a bad flag prints usage and exits
+ * with status 2, on -h prints usage and exits 0. */
+void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out);
+
+/* ------------------------------------------------------------ endpoint.c */
+
+#define EP_BACKLOG 256
+
+/* One side of a benchmark: a context of its own (contexts are
+ * single-threaded), a receive window, a source buffer and the events polled
+ * but not yet consumed. */
+struct endpoint {
+	const struct bench_opts *opts;
+	const char *role; /* "server" / "client", for messages */
+	struct wimm_ctx *ctx;
+	unsigned char *window;
+	size_t window_len;
+	unsigned char *source;
+	size_t slot_len; /* the source holds two slots of this size */
+	struct wimm_mr *window_mr;
+	struct wimm_mr *source_mr;
+	struct wimm_listener *listener;
+	struct wimm_conn *conn;
+	struct wimm_event backlog[EP_BACKLOG];
+	int backlog_head;
+	int backlog_count;
+};
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CLI_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#else
+#define CLI_PRINTF(fmt_idx, arg_idx)
+#endif
+
+/* Print "wimm: <what>: <strerror> (<name>)" and the provider's error text,
+ * then end the process with status 1. ctx may be NULL. */
+_Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...) CLI_PRINTF(3, 4);
+/* Print "wimm: <message>" and end the process with status 1. */
+_Noreturn void cli_die(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+uint64_t cli_now_ns(void);
+
+void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *role);
+/* Listen on host:port (port 0: any); returns the bound port. */
+int ep_listen(struct endpoint *ep, const char *host, int port);
+void ep_accept(struct endpoint *ep);
+void ep_connect(struct endpoint *ep, const char *host, int port);
+void ep_close(struct endpoint *ep);
+
+/* The next completion event of the connection (WRITE_IMM, SEND_IMM or
+ * SEND_DONE); errors and disconnects end the process. */
+void ep_next_event(struct endpoint *ep, struct wimm_event *out);
+/* Post one operation, retrying while the fabric says WIMM_E_AGAIN. */
+void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
+	     uint32_t imm, unsigned flags);
+/* Spin until window[off] == want, driving progress. */
+void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want);
+/* After the last (signaled) operation: wait for its completion so closing
+ * the connection cannot drop it. A peer that already left is fine here. */
+void ep_wait_send_done(struct endpoint *ep);
+
+/* ------------------------------------------------------------ messages.c */
+
+/* Send message number `seq` with the strategy of opts->op; flags apply to
+ * the operation that completes the message. */
+void msg_send(struct endpoint *ep, uint32_t seq, unsigned flags);
+/* Wait for message number `seq` and check it (imm, length). */
+void msg_receive(struct endpoint *ep, uint32_t seq);
+/* A zero-length write-with-imm doorbell (acknowledgements) and its check. */
+void msg_send_ack(struct endpoint *ep, uint32_t imm, unsigned flags);
+void msg_receive_ack(struct endpoint *ep, uint32_t imm);
+/* write_poll in rate mode: the round's messages share one flag value and
+ * the last one carries a flag of its own, the one the receiver waits for. */
+void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round);
+void msg_receive_poll_round(struct endpoint *ep, uint32_t round);
+
+/* ------------------------------------------------- pingpong.c / rate.c */
+
+struct bench_result {
+	char fabric[64];
+	uint32_t count;
+	uint64_t elapsed_ns;
+	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration */
+};
+
+void pingpong_server(struct endpoint *ep);
+void pingpong_client(struct endpoint *ep, struct bench_result *res);
+void rate_server(struct endpoint *ep);
+void rate_client(struct endpoint *ep, struct bench_result *res);
+
+/* ---------------------------------------------------------------- run.c */
+
+int bench_run(const struct bench_opts *opts);
+
+/* ------------------------------------------------------------- report.c */
+
+void report_result(const struct bench_opts *opts, const struct bench_result *res);
+
+#endif /* WIMM_CLI_H */

@@ -1,0 +1,235 @@
+/* Flags of `wimm pingpong` and `wimm rate`, in the spirit of perftest. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Sizes beyond this are refused here rather than by a failed allocation. */
+#define CLI_MAX_SIZE (1ull << 30)
+#define CLI_MAX_DEPTH 65536u
+
+static const char *const op_names[] = {
+	[OP_WRITE_IMM] = "write_imm",
+	[OP_WRITE_SEND] = "write_send",
+	[OP_SEND_IMM] = "send_imm",
+	[OP_WRITE_POLL] = "write_poll",
+};
+
+const char *bench_op_name(enum bench_op op)
+{
+	return op_names[op];
+}
+
+const char *bench_wait_name(enum wimm_wait_mode mode)
+{
+	switch (mode) {
+	case WIMM_WAIT_SPIN:
+		return "spin";
+	case WIMM_WAIT_BLOCK:
+		return "block";
+	case WIMM_WAIT_ADAPTIVE:
+		return "adaptive";
+	}
+	return "?";
+}
+
+void cli_usage(FILE *f)
+{
+	fputs("usage: wimm info [--json]\n"
+	      "       wimm pingpong [flags] [HOST]   latency (server without HOST)\n"
+	      "       wimm rate [flags] [HOST]       message rate (server without HOST)\n"
+	      "       wimm --version\n"
+	      "\n"
+	      "flags of pingpong and rate:\n"
+	      "  -f FABRIC     auto, ofi:tcp, ofi:shm, verbs:rxe0, ... (default auto)\n"
+	      "  -o OP         write_imm | write_send | send_imm | write_poll"
+	      " (default write_imm)\n"
+	      "  -s SIZE       message bytes, K/M suffixes allowed (default 8)\n"
+	      "  -n ITERS      timed iterations (default 10000 pingpong, 100000 rate)\n"
+	      "  -w WARMUP     untimed iterations before (default ITERS/10)\n"
+	      "  -p PORT       TCP port (default 7471; --self: a free one)\n"
+	      "  -d DEPTH      receive window, doorbells in flight (default 64)\n"
+	      "  --wait MODE   spin | block | adaptive (default spin)\n"
+	      "  --self        both ends in this process, two threads with a context each,\n"
+	      "                over HOST if given, else 127.0.0.1\n"
+	      "  --timeout SEC give up when the peer stays silent this long"
+	      " (default 30, 0: never)\n"
+	      "  --json        one JSON object on stdout\n"
+	      "  -h, --help    this text\n"
+	      "\n"
+	      "ops: write_imm   one write-with-imm (data + doorbell)\n"
+	      "     write_send  plain write, then a 0-byte send-with-imm as the doorbell\n"
+	      "     send_imm    two-sided send into a pre-posted receive buffer\n"
+	      "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1)\n"
+	      "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n",
+	      f);
+}
+
+static _Noreturn void usage_error(const char *fmt, const char *arg)
+{
+	fputs("wimm: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n", stderr);
+	cli_usage(stderr);
+	exit(2);
+}
+
+/* A non-negative decimal number with an optional K/M/G (binary) suffix. */
+static unsigned long long parse_count(const char *flag, const char *text, int allow_suffix,
+				      unsigned long long max)
+{
+	const char *p = text;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p < '0' || *p > '9')
+		usage_error("bad value for %s", flag);
+	errno = 0;
+	char *end;
+	unsigned long long value = strtoull(p, &end, 10);
+	if (errno != 0)
+		usage_error("value for %s is too large", flag);
+	unsigned shift = 0;
+	if (allow_suffix && *end != '\0' && end[1] == '\0') {
+		switch (*end) {
+		case 'k':
+		case 'K':
+			shift = 10;
+			break;
+		case 'm':
+		case 'M':
+			shift = 20;
+			break;
+		case 'g':
+		case 'G':
+			shift = 30;
+			break;
+		default:
+			usage_error("bad value for %s", flag);
+		}
+		end++;
+	}
+	if (*end != '\0')
+		usage_error("bad value for %s", flag);
+	if (value > (max >> shift))
+		usage_error("value for %s is too large", flag);
+	return value << shift;
+}
+
+static enum bench_op parse_op(const char *text)
+{
+	for (size_t i = 0; i < sizeof(op_names) / sizeof(op_names[0]); i++)
+		if (strcmp(text, op_names[i]) == 0)
+			return (enum bench_op)i;
+	usage_error("unknown op '%s' (write_imm, write_send, send_imm, write_poll)", text);
+}
+
+static enum wimm_wait_mode parse_wait(const char *text)
+{
+	if (strcmp(text, "spin") == 0)
+		return WIMM_WAIT_SPIN;
+	if (strcmp(text, "block") == 0)
+		return WIMM_WAIT_BLOCK;
+	if (strcmp(text, "adaptive") == 0)
+		return WIMM_WAIT_ADAPTIVE;
+	usage_error("unknown wait mode '%s' (spin, block, adaptive)", text);
+}
+
+enum long_only_flag {
+	FLAG_JSON = 256,
+	FLAG_SELF,
+	FLAG_WAIT,
+	FLAG_TIMEOUT,
+};
+
+void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out)
+{
+	static const struct option long_options[] = {
+		{ "json", no_argument, NULL, FLAG_JSON },
+		{ "self", no_argument, NULL, FLAG_SELF },
+		{ "wait", required_argument, NULL, FLAG_WAIT },
+		{ "timeout", required_argument, NULL, FLAG_TIMEOUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int warmup_given = 0;
+	unsigned long long timeout_s = CLI_DEFAULT_TIMEOUT_S;
+
+	*out = (struct bench_opts){
+		.mode = mode,
+		.fabric = "auto",
+		.op = OP_WRITE_IMM,
+		.size = 8,
+		.iters = mode == BENCH_PINGPONG ? 10000 : 100000,
+		.port = CLI_DEFAULT_PORT,
+		.wait_mode = WIMM_WAIT_SPIN,
+		.depth = CLI_DEFAULT_DEPTH,
+	};
+	optind = 1;
+	opterr = 0; /* our own message, then the usage */
+	for (;;) {
+		int c = getopt_long(argc, argv, ":f:o:s:n:p:w:d:h", long_options, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'f':
+			out->fabric = optarg;
+			break;
+		case 'o':
+			out->op = parse_op(optarg);
+			break;
+		case 's':
+			out->size = (size_t)parse_count("-s", optarg, 1, CLI_MAX_SIZE);
+			break;
+		case 'n':
+			/* The iteration number travels in the 32-bit imm. */
+			out->iters = (uint32_t)parse_count("-n", optarg, 1, UINT32_MAX / 2);
+			if (out->iters == 0)
+				usage_error("%s must be at least 1", "-n");
+			break;
+		case 'w':
+			out->warmup = (uint32_t)parse_count("-w", optarg, 1, UINT32_MAX / 2);
+			warmup_given = 1;
+			break;
+		case 'p':
+			out->port = (int)parse_count("-p", optarg, 0, 65535);
+			out->port_given = 1;
+			break;
+		case 'd':
+			out->depth = (uint32_t)parse_count("-d", optarg, 1, CLI_MAX_DEPTH);
+			if (out->depth == 0)
+				usage_error("%s must be at least 1", "-d");
+			break;
+		case 'h':
+			cli_usage(stdout);
+			exit(0);
+		case FLAG_JSON:
+			out->json = 1;
+			break;
+		case FLAG_SELF:
+			out->self = 1;
+			break;
+		case FLAG_WAIT:
+			out->wait_mode = parse_wait(optarg);
+			break;
+		case FLAG_TIMEOUT:
+			timeout_s = parse_count("--timeout", optarg, 0, INT_MAX / 1000);
+			break;
+		case ':':
+			usage_error("%s needs a value", argv[optind - 1]);
+		default:
+			usage_error("unknown flag %s", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		out->host = argv[optind++];
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	if (!warmup_given)
+		out->warmup = out->iters / 10;
+	out->timeout_ms = timeout_s == 0 ? -1 : (int)(timeout_s * 1000);
+	if (out->op == OP_WRITE_POLL && out->size == 0)
+		usage_error("%s", "write_poll needs -s of at least 1 (the last byte is the flag)");
+}
