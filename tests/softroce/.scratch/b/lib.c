@@ -1,1 +1,0 @@
-int add(int a,int b){return a+b;}
