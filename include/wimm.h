@@ -215,7 +215,11 @@ enum wimm_op_flags {
 	 * success is silent. */
 	WIMM_F_SIGNAL = 1u << 0,
 	/* Out of credits: wait (driving progress) instead of returning
-	 * WIMM_E_AGAIN. Fails with DISCONNECTED if the peer goes away. */
+	 * WIMM_E_AGAIN. Fails with DISCONNECTED if the peer goes away. While
+	 * waiting it hands back the receive slots of doorbells this
+	 * connection already returned from poll/wait (their SEND_IMM data
+	 * pointers become invalid, as at the next poll), so two peers sending
+	 * to each other cannot stall. Events that arrive meanwhile are kept. */
 	WIMM_F_WAIT = 1u << 1,
 };
 

@@ -46,7 +46,7 @@ struct bench_opts {
 	int json;
 	enum wimm_wait_mode wait_mode;
 	uint32_t depth;
-	int timeout_ms; /* longest silence from the peer; -1: wait forever */
+	int timeout_ms;	  /* longest silence from the peer; -1: wait forever */
 	const char *host; /* NULL: server */
 };
 
@@ -74,6 +74,7 @@ struct endpoint {
 	size_t window_len;
 	unsigned char *source;
 	size_t slot_len; /* the source holds two slots of this size */
+	uint32_t sq_depth;
 	struct wimm_mr *window_mr;
 	struct wimm_mr *source_mr;
 	struct wimm_listener *listener;
@@ -81,6 +82,11 @@ struct endpoint {
 	struct wimm_event backlog[EP_BACKLOG];
 	int backlog_head;
 	int backlog_count;
+	/* The peer left (WIMM_EV_DISCONNECT): events before it stay usable,
+	 * waiting for more fails unless allow_disconnect is set. */
+	int peer_gone;
+	int peer_gone_status;
+	int allow_disconnect;
 };
 
 #if defined(__GNUC__) || defined(__clang__)

@@ -2,6 +2,7 @@
  * bounds and credit checks, and the receive-side credit return. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "core/credit.h"
@@ -361,12 +362,16 @@ static int check_remote(const struct wimm_conn *c, size_t off, size_t len, unsig
 	return 0;
 }
 
-/* Wait for a credit while driving progress; WIMM_F_WAIT. */
+/* Wait for a credit while driving progress; WIMM_F_WAIT. Credits come back
+ * as a plain RDMA write, which raises no completion and so no wake-up on any
+ * fabric: the wait polls, spinning first, then napping in growing steps up
+ * to 1 ms so a stalled receiver does not cost a whole core. */
 static int wait_for_credit(struct wimm_conn *c)
 {
-	uint32_t spin_us = wimm_ctx_spin_us(c->ctx);
-	int64_t start = wimm_now_ms();
+	int64_t spin_ns = (int64_t)wimm_ctx_spin_us(c->ctx) * 1000;
+	struct timespec t0, t, nap = {0, 0};
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		int ret = wimm_ctx_progress_into_backlog(c->ctx);
 		if (ret)
@@ -380,11 +385,14 @@ static int wait_for_credit(struct wimm_conn *c)
 		ret = wimm_conn_release(c);
 		if (ret)
 			return ret;
-		if (wimm_now_ms() - start > (int64_t)spin_us / 1000 + 1) {
-			ret = wimm_ctx_block(c->ctx, 10);
-			if (ret)
-				return ret;
-		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		int64_t waited = (t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec);
+		if (waited < spin_ns)
+			continue;
+		nap.tv_nsec = nap.tv_nsec ? nap.tv_nsec * 2 : 10000;
+		if (nap.tv_nsec > 1000000)
+			nap.tv_nsec = 1000000;
+		nanosleep(&nap, NULL);
 	}
 }
 

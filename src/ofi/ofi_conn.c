@@ -43,15 +43,33 @@ err_free_buf:
 static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
 {
 	struct ofi_slot *s = &c->slots[pos % c->rx_depth];
+	struct iovec iov = { .iov_base = s->buf, .iov_len = c->recv_size };
+	void *desc = fi_mr_desc(c->rx_mr);
+	/* FI_SELECTIVE_COMPLETION on the bind covers receives too: ask. */
+	struct fi_msg m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
+			    .addr = FI_ADDR_UNSPEC, .context = s };
 	ssize_t ret;
 
-	ret = fi_recv(c->ep, s->buf, c->recv_size, fi_mr_desc(c->rx_mr), FI_ADDR_UNSPEC, s);
+	ret = fi_recvmsg(c->ep, &m, FI_COMPLETION);
 	if (ret == -FI_EAGAIN) {
 		ofi_conn_stash_cq(c);
-		ret = fi_recv(c->ep, s->buf, c->recv_size, fi_mr_desc(c->rx_mr), FI_ADDR_UNSPEC,
-			      s);
+		ret = fi_recvmsg(c->ep, &m, FI_COMPLETION);
 	}
-	return ret ? ofi_err(c->ctx, (int)ret, "fi_recv") : 0;
+	return ret ? ofi_err(c->ctx, (int)ret, "fi_recvmsg") : 0;
+}
+
+static int ofi_conn_post_slots(struct ofi_conn *c)
+{
+	int ret;
+
+	if (!c->recv_size)
+		return 0;
+	for (uint64_t i = 0; i < c->rx_depth; i++) {
+		ret = ofi_post_slot(c, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 /* Endpoint set-up once its fi_info is known: the CQ carries both directions,
@@ -61,8 +79,18 @@ int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info)
 	struct ofi_ctx *x = c->ctx;
 	int ret;
 
-	info->tx_attr->size = c->tx_max;
-	info->rx_attr->size = c->rx_depth;
+	/* Our own accounting bounds what is outstanding; the provider queue
+	 * only has to be as deep as it can be. */
+	info->tx_attr->size = c->tx_max < x->info->tx_attr->size ? c->tx_max :
+								    x->info->tx_attr->size;
+	/* shm sizes the command queue peers write into by rx size, and every
+	 * RMA (two commands with CQ data) takes room there: keep its full
+	 * size. MSG endpoints need only the receive slots. */
+	if (x->msg)
+		info->rx_attr->size = c->rx_depth < x->info->rx_attr->size ?
+					      c->rx_depth : x->info->rx_attr->size;
+	else
+		info->rx_attr->size = x->info->rx_attr->size;
 	ret = fi_endpoint(x->domain, info, &c->ep, c);
 	if (ret)
 		return ofi_err(x, ret, "fi_endpoint");
@@ -91,15 +119,11 @@ int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info)
 		goto err_close_ep;
 	}
 	c->enabled = 1;
-	if (c->recv_size) {
-		for (uint64_t i = 0; i < c->rx_depth; i++) {
-			ret = ofi_post_slot(c, i);
-			if (ret)
-				goto err_close_ep;
-		}
-		c->rx_reposted = c->rx_depth; /* counts posts beyond the first round */
-		c->rx_reposted = 0;
-	}
+	/* Slots are posted before the connection exists, so the peer's
+	 * first send always finds one. */
+	ret = ofi_conn_post_slots(c);
+	if (ret)
+		goto err_close_ep;
 	return 0;
 
 err_close_ep:
@@ -307,24 +331,11 @@ int ofi_conn_addr(void *bconn, uint8_t *buf, size_t *len)
 	return 0;
 }
 
-void ofi_conn_delete(void *bconn)
+/* Close the provider objects of a connection already unlinked. */
+void ofi_conn_free(struct ofi_conn *c)
 {
-	struct ofi_conn *c = bconn;
-	struct ofi_ctx *x;
+	struct ofi_ctx *x = c->ctx;
 
-	if (!c)
-		return;
-	x = c->ctx;
-	ofi_conn_unlink(c);
-	if (c->cq_fd >= 0)
-		ofi_epoll_del(x, c->cq_fd);
-	if (c->eq_fd >= 0)
-		ofi_epoll_del(x, c->eq_fd);
-	if (c->sock >= 0) {
-		if (c->in_epoll_sock)
-			ofi_epoll_del(x, c->sock);
-		close(c->sock);
-	}
 	if (c->ep) {
 		if (x->msg && c->connected)
 			fi_shutdown(c->ep, 0);
@@ -344,6 +355,37 @@ void ofi_conn_delete(void *bconn)
 	free(c->rx_buf);
 	free(c->tx);
 	free(c);
+}
+
+void ofi_conn_delete(void *bconn)
+{
+	struct ofi_conn *c = bconn;
+	struct ofi_ctx *x;
+
+	if (!c)
+		return;
+	x = c->ctx;
+	ofi_conn_unlink(c);
+	if (c->cq_fd >= 0)
+		ofi_epoll_del(x, c->cq_fd);
+	if (c->eq_fd >= 0)
+		ofi_epoll_del(x, c->eq_fd);
+	if (c->sock >= 0) {
+		if (c->in_epoll_sock)
+			ofi_epoll_del(x, c->sock);
+		close(c->sock); /* the peer learns of the close from this */
+		c->sock = -1;
+	}
+	if (c->same_proc) {
+		/* shm hands a peer in the same process our region itself, not a
+		 * mapping of its own: closing the endpoint now would unmap memory
+		 * that peer's progress still reads. Keep it, unpolled, until the
+		 * context closes. */
+		c->next = x->graveyard;
+		x->graveyard = c;
+	} else {
+		ofi_conn_free(c);
+	}
 	ofi_ctx_track(x);
 }
 
@@ -358,6 +400,13 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 	uint64_t data = c->ctx->info->domain_attr->cq_data_size >= 8 ?
 				((uint64_t)wr->len << 32) | wr->imm : wr->imm;
 
+	/* A pure doorbell touches no window: aim it at the peer's null window,
+	 * which every key check accepts (a read-only or absent window would
+	 * make tcp drop the connection). */
+	if (!wr->len && c->ctx->null_mr) {
+		rma.addr = 0;
+		rma.key = 0;
+	}
 	switch (wr->op) {
 	case WIMM_OP_WRITE_IMM:
 	case WIMM_OP_WRITE: {
@@ -419,6 +468,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	t = &c->tx[c->tx_head % c->tx_max];
 	t->seq = c->tx_head;
 	t->op_seq = wr->op_seq;
+	t->len = (uint32_t)wr->len;
 	t->op = wr->op;
 	t->signal = wr->signal;
 	t->internal = wr->internal;

@@ -32,7 +32,7 @@ int ofi_err(struct ofi_ctx *x, int fi_ret, const char *what)
 	case FI_ECONNRESET:
 	case FI_ENOTCONN:
 	case FI_ECONNABORTED:
-	case FI_EPIPE:
+	case EPIPE:
 	case FI_ESHUTDOWN:
 		return WIMM_E_DISCONNECTED;
 	default:
@@ -101,8 +101,8 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 		}
 		fi_freeinfo(list);
 	}
-	wimm_ctx_set_provider_error(x->core, last,
-				    "no libfabric provider with RMA and remote CQ data by that name");
+	wimm_ctx_set_provider_error(x->core, last, "no libfabric provider of that name "
+				    "with RMA and remote CQ data");
 	return WIMM_E_NODEV;
 }
 
@@ -218,6 +218,12 @@ static void ofi_ctx_close(void *bctx)
 		return;
 	while (x->conns)
 		ofi_conn_delete(x->conns);
+	while (x->graveyard) {
+		struct ofi_conn *c = x->graveyard;
+
+		x->graveyard = c->next;
+		ofi_conn_free(c);
+	}
 	if (x->timerfd >= 0)
 		close(x->timerfd);
 	close(x->epfd);
@@ -272,7 +278,10 @@ static int ofi_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 	out->max_msg = max > UINT32_MAX ? UINT32_MAX : max;
 	out->inject_size = x->info->tx_attr->inject_size;
 	out->imm_bytes = (uint32_t)x->info->domain_attr->cq_data_size;
-	out->max_depth = ofi_min32(x->info->tx_attr->size, x->info->rx_attr->size);
+	/* RDM (shm): doorbells take two slots of the peer's rx-sized command
+	 * queue; half of the rest stays free for plain writes and reads. */
+	out->max_depth = ofi_min32(x->info->tx_attr->size,
+				   x->msg ? x->info->rx_attr->size : x->info->rx_attr->size / 4);
 	return 0;
 }
 

@@ -41,6 +41,7 @@ struct ofi_ctx {
 	int epfd;
 	int timerfd;			/* wakes sleepers where CQs have no wait fd */
 	struct ofi_conn *conns;
+	struct ofi_conn *graveyard;	/* deleted, endpoint kept: see ofi_conn_delete */
 	struct ofi_conn *rr;		/* where the next poll() starts */
 	uint32_t nconns;
 	uint64_t ctrl_next_ns;
@@ -51,6 +52,7 @@ struct ofi_ctx {
 struct ofi_tx {
 	uint64_t seq;			/* absolute position in the tx stream */
 	uint64_t op_seq;
+	uint32_t len;
 	enum wimm_op op;
 	int signal;
 	int internal;
@@ -78,6 +80,7 @@ struct ofi_conn {
 	int down_pending;		/* CONN_DOWN found, not yet returned */
 	int down_reported;
 	int down_status, down_prov;
+	int same_proc;			/* RDM peer lives in this process */
 
 	uint32_t sq_depth, tx_max, force_every, unsig;
 	uint64_t tx_head, tx_tail;	/* posted / retired positions */
@@ -87,7 +90,7 @@ struct ofi_conn {
 	uint8_t *rx_buf;
 	struct fid_mr *rx_mr;
 	struct ofi_slot *slots;
-	uint64_t rx_consumed, rx_delivered, rx_reposted;
+	uint64_t rx_delivered, rx_reposted;	/* slots handed out / posted again */
 
 	struct wimm_cqe stash[OFI_STASH];
 	unsigned stash_head, stash_len;
@@ -129,6 +132,7 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 int ofi_conn_addr(void *bconn, uint8_t *buf, size_t *len);
 int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info);
 void ofi_conn_delete(void *bconn);
+void ofi_conn_free(struct ofi_conn *c);
 int ofi_post(void *bconn, const struct wimm_wr *wr);
 int ofi_rx_release(void *bconn, uint32_t n);
 

@@ -103,6 +103,7 @@ struct verbs_conn {
 	/* receive window */
 	uint32_t rx_depth, recv_size;
 	int use_srq;
+	int srq_counted; /* its rx_depth is in srq_used */
 	uint8_t *rx_buf;
 	struct ibv_mr *rx_mr;
 	struct ibv_recv_wr *rx_wr;

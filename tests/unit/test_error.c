@@ -12,8 +12,8 @@ struct expect {
 };
 
 static const struct expect table[] = {
-#define X(n, num, t) { WIMM_E_##n, "WIMM_E_" #n, t },
-	WIMM_ERRNO_MAP(X)
+#define X(n, num, t) {WIMM_E_##n, "WIMM_E_" #n, t},
+    WIMM_ERRNO_MAP(X)
 #undef X
 };
 
@@ -50,11 +50,10 @@ int main(void)
 		CHECK(strcmp(wimm_strerror(WIMM_OK), table[i].text) != 0);
 
 	/* Codes no one defined: positive errno-like values, gaps, extremes. */
-	static const int unknown[] = { -23, -100, 1, 5, 22, -1000000, 2147483647,
-				       -2147483647 - 1 };
+	static const int unknown[] = {-23, -100, 1, 5, 22, -1000000, 2147483647, -2147483647 - 1};
 	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
 		CHECK(strcmp(wimm_strerror(unknown[i]), "unknown error") == 0);
-		CHECK(wimm_err_name(unknown[i]) != NULL);
+		CHECK(strcmp(wimm_err_name(unknown[i]), "WIMM_E_UNKNOWN") == 0);
 	}
 	printf("unit.error: ok\n");
 	return 0;

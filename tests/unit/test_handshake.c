@@ -103,7 +103,7 @@ static void test_wire_layout(void)
 
 static void test_round_trip(void)
 {
-	static const uint16_t lens[] = { 0, 1, 16, 37, WIMM_HS_MAX_ADDR };
+	static const uint16_t lens[] = {0, 1, 16, 37, WIMM_HS_MAX_ADDR};
 	uint8_t buf[WIMM_HS_MAX_LEN + 16], again[WIMM_HS_MAX_LEN + 16];
 
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
@@ -151,7 +151,8 @@ static void test_truncated(void)
 
 	for (int len = 0; len < n; len++)
 		CHECK_EQ(decode(buf, (size_t)len), WIMM_E_PROTO);
-	CHECK_EQ(decode(NULL, 0), WIMM_E_PROTO);
+	CHECK_EQ(decode(NULL, 0), WIMM_E_INVAL);
+	CHECK_EQ(wimm_hs_decode(buf, (size_t)n, NULL), WIMM_E_INVAL);
 
 	hs = sample(40);
 	n = encode(&hs, buf);
@@ -259,8 +260,8 @@ static void test_window(void)
 	uint8_t buf[WIMM_HS_MAX_LEN + 16];
 	struct wimm_handshake hs = sample(0);
 	int n = encode(&hs, buf);
-	static const uint8_t flags[] = { WIMM_HS_F_WINDOW_WRITE, WIMM_HS_F_WINDOW_READ,
-					 WIMM_HS_F_ALL };
+	static const uint8_t flags[] = {WIMM_HS_F_WINDOW_WRITE, WIMM_HS_F_WINDOW_READ,
+					WIMM_HS_F_ALL};
 
 	/* Window flags but no length. */
 	for (size_t i = 0; i < sizeof(flags); i++) {

@@ -1,0 +1,41 @@
+# Shared helpers of the bench/ scripts (sourced, not run).
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+PROJECT_DIR=$(cd "$BENCH_DIR/.." && pwd -P)
+
+say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+# find_wimm BUILD_DIR: path of the wimm executable of that build.
+find_wimm() {
+    local build=$1 candidate
+    for candidate in "$build/tools/wimm" "$build/wimm" "$build/bin/wimm"; do
+        if [ -x "$candidate" ]; then
+            printf '%s\n' "$candidate"
+            return 0
+        fi
+    done
+    die "no wimm executable under $build (build it first: cmake --build $build)"
+}
+
+# free_port: a TCP port nobody listens on right now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# json_field FILE KEY: one value of the JSON object in FILE.
+json_field() {
+    python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))[sys.argv[2]]; print("null" if v is None else v)' "$1" "$2"
+}
+
+# wait_for_line FILE PATTERN SECONDS: wait until FILE has a line matching PATTERN.
+wait_for_line() {
+    local file=$1 pattern=$2 deadline=$((SECONDS + $3))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        grep -q -- "$pattern" "$file" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+STRATEGIES="write_imm write_send send_imm write_poll"

@@ -1,0 +1,589 @@
+/* libfabric backend: connection set-up. MSG providers (tcp, verbs) use the
+ * provider's CM and carry the handshake as CM data; RDM providers (shm) have
+ * no CM, so a TCP socket carries the handshake and then stays open as the
+ * connection's liveness channel. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/handshake.h"
+#include "ofi/ofi_internal.h"
+
+#define OFI_CM_BUF (sizeof(struct fi_eq_cm_entry) + WIMM_HS_MAX_LEN + 64)
+#define OFI_HS_READ_MS 2000 /* a request's handshake must follow its connect */
+#define OFI_KICK_MS 200
+
+static int ofi_sockaddr_port(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
+}
+
+/* ---------------------------------------------------- socket helpers (RDM) */
+
+static int ofi_wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int r;
+
+	do {
+		r = poll(&p, 1, ofi_remaining_ms(deadline));
+	} while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	return r ? 0 : -ETIMEDOUT;
+}
+
+static int ofi_io_all(int fd, void *buf, size_t len, int64_t deadline, int out)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t r;
+		int ret = ofi_wait_fd(fd, out ? POLLOUT : POLLIN, deadline);
+
+		if (ret)
+			return ret;
+		r = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) :
+			  recv(fd, p, len, MSG_DONTWAIT);
+		if (r == 0)
+			return -ECONNRESET;
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+/* A frame is a 4-byte big-endian length and that many handshake bytes. */
+static int ofi_send_frame(int fd, const uint8_t *hs, size_t len, int64_t deadline)
+{
+	uint8_t frame[4 + WIMM_HS_MAX_LEN];
+
+	if (len > WIMM_HS_MAX_LEN)
+		return -EMSGSIZE;
+	frame[0] = (uint8_t)(len >> 24);
+	frame[1] = (uint8_t)(len >> 16);
+	frame[2] = (uint8_t)(len >> 8);
+	frame[3] = (uint8_t)len;
+	memcpy(frame + 4, hs, len);
+	return ofi_io_all(fd, frame, 4 + len, deadline, 1);
+}
+
+static int ofi_recv_frame(int fd, uint8_t *hs, size_t cap, size_t *len, int64_t deadline)
+{
+	uint8_t hdr[4];
+	uint32_t n;
+	int ret;
+
+	ret = ofi_io_all(fd, hdr, 4, deadline, 0);
+	if (ret)
+		return ret;
+	n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+	if (n > cap || n > WIMM_HS_MAX_LEN)
+		return -EMSGSIZE;
+	*len = n;
+	return ofi_io_all(fd, hs, n, deadline, 0);
+}
+
+static int ofi_sock_code(int err)
+{
+	switch (err) {
+	case ETIMEDOUT:
+		return WIMM_E_TIMEDOUT;
+	case EMSGSIZE:
+		return WIMM_E_PROTO;
+	case ECONNREFUSED:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+		return WIMM_E_UNREACHABLE;
+	case ECONNRESET:
+	case EPIPE:
+		return WIMM_E_DISCONNECTED;
+	default:
+		return WIMM_E_PROVIDER;
+	}
+}
+
+static int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct addrinfo *res;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int one = 1;
+	int fd, ret;
+
+	ret = getaddrinfo(*host ? host : NULL, port, &hints, &res);
+	if (ret) {
+		wimm_ctx_set_provider_error(l->ctx->core, ret, gai_strerror(ret));
+		return WIMM_E_ADDR;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		ret = ofi_errno_err(l->ctx, errno, "socket", WIMM_E_PROVIDER);
+		goto err_freeaddr;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 64) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
+		ret = ofi_errno_err(l->ctx, errno, "bind/listen", WIMM_E_PROVIDER);
+		goto err_close;
+	}
+	freeaddrinfo(res);
+	l->fd = fd;
+	*port_out = ofi_sockaddr_port((struct sockaddr *)&ss);
+	return 0;
+
+err_close:
+	close(fd);
+err_freeaddr:
+	freeaddrinfo(res);
+	return ret;
+}
+
+/* ------------------------------------------------------------- listening */
+
+static int ofi_pep_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out)
+{
+	struct ofi_ctx *x = l->ctx;
+	struct fi_info *hints = ofi_hints(x->info->fabric_attr->prov_name, FI_EP_MSG);
+	struct fi_eq_attr eqa = { .size = 64, .wait_obj = FI_WAIT_FD };
+	struct sockaddr_storage ss;
+	size_t sl = sizeof(ss);
+	int ret;
+
+	if (!hints)
+		return WIMM_E_NOMEM;
+	ret = fi_getinfo(OFI_API_VERSION, *host ? host : NULL, port, FI_SOURCE, hints, &l->info);
+	fi_freeinfo(hints);
+	if (ret) {
+		ofi_err(x, ret, "fi_getinfo (listen address)");
+		return WIMM_E_ADDR;
+	}
+	ret = fi_passive_ep(x->fabric, l->info, &l->pep, l);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_passive_ep");
+		goto err_freeinfo;
+	}
+	ret = fi_eq_open(x->fabric, &eqa, &l->eq, l);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_eq_open");
+		goto err_close_pep;
+	}
+	ret = fi_pep_bind(l->pep, &l->eq->fid, 0);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_pep_bind");
+		goto err_close_eq;
+	}
+	ret = fi_listen(l->pep);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_listen");
+		goto err_close_eq;
+	}
+	ret = fi_control(&l->eq->fid, FI_GETWAIT, &l->fd);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_control FI_GETWAIT (listener)");
+		goto err_close_eq;
+	}
+	ret = fi_getname(&l->pep->fid, &ss, &sl);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_getname (listener)");
+		goto err_close_eq;
+	}
+	*port_out = ofi_sockaddr_port((struct sockaddr *)&ss);
+	return 0;
+
+err_close_eq:
+	fi_close(&l->eq->fid);
+err_close_pep:
+	fi_close(&l->pep->fid);
+err_freeinfo:
+	fi_freeinfo(l->info);
+	return ret;
+}
+
+int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out)
+{
+	struct ofi_ctx *x = bctx;
+	struct ofi_lis *l;
+	int ret;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return WIMM_E_NOMEM;
+	l->ctx = x;
+	l->fd = -1;
+	ret = x->msg ? ofi_pep_listen(l, host, port, port_out) :
+		       ofi_sock_listen(l, host, port, port_out);
+	if (ret) {
+		free(l);
+		return ret;
+	}
+	*blis = l;
+	return 0;
+}
+
+void ofi_listener_close(void *blis)
+{
+	struct ofi_lis *l = blis;
+
+	if (!l)
+		return;
+	if (l->pep) {
+		fi_close(&l->pep->fid);
+		fi_close(&l->eq->fid);
+		fi_freeinfo(l->info);
+	} else if (l->fd >= 0) {
+		close(l->fd);
+	}
+	free(l);
+}
+
+int ofi_listener_fd(void *blis)
+{
+	return ((struct ofi_lis *)blis)->fd;
+}
+
+static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
+			   size_t *hs_len)
+{
+	union {
+		struct fi_eq_cm_entry e;
+		uint8_t b[OFI_CM_BUF];
+	} u;
+	int64_t deadline = wimm_now_ms() + timeout_ms;
+	uint32_t event;
+	ssize_t r;
+
+	for (;;) {
+		int wait = timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline);
+
+		r = wait ? fi_eq_sread(l->eq, &event, &u, sizeof(u), wait, 0) :
+			   fi_eq_read(l->eq, &event, &u, sizeof(u), 0);
+		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
+			return timeout_ms ? WIMM_E_TIMEDOUT : WIMM_E_AGAIN;
+		if (r == -FI_EAVAIL) {
+			struct fi_eq_err_entry err = { 0 };
+
+			fi_eq_readerr(l->eq, &err, 0);
+			return ofi_err(l->ctx, -err.err, "listener event");
+		}
+		if (r < 0)
+			return ofi_err(l->ctx, (int)r, "fi_eq_sread (listener)");
+		if (event != FI_CONNREQ)
+			continue;
+		if ((size_t)r < sizeof(u.e)) {
+			fi_freeinfo(u.e.info);
+			continue;
+		}
+		*hs_len = (size_t)r - sizeof(u.e);
+		if (*hs_len > WIMM_HS_MAX_LEN)
+			*hs_len = WIMM_HS_MAX_LEN; /* the decoder refuses it */
+		memcpy(hs, u.e.data, *hs_len);
+		req->info = u.e.info;
+		req->pep = l->pep;
+		return 0;
+	}
+}
+
+static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
+			    size_t *hs_len)
+{
+	int64_t deadline = wimm_now_ms() + timeout_ms;
+	int fd, ret;
+
+	for (;;) {
+		struct pollfd p = { .fd = l->fd, .events = POLLIN };
+		int r = poll(&p, 1, timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return ofi_errno_err(l->ctx, errno, "poll (listener)", WIMM_E_PROVIDER);
+		if (r == 0)
+			return timeout_ms ? WIMM_E_TIMEDOUT : WIMM_E_AGAIN;
+		fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			break;
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			return ofi_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
+	}
+	ret = ofi_recv_frame(fd, hs, WIMM_HS_MAX_LEN, hs_len, wimm_now_ms() + OFI_HS_READ_MS);
+	if (ret) {
+		close(fd);
+		return ofi_errno_err(l->ctx, -ret, "reading handshake", ofi_sock_code(-ret));
+	}
+	req->sock = fd;
+	return 0;
+}
+
+int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len)
+{
+	struct ofi_lis *l = blis;
+	struct ofi_req *req;
+	int ret;
+
+	req = calloc(1, sizeof(*req));
+	if (!req)
+		return WIMM_E_NOMEM;
+	req->sock = -1;
+	ret = l->pep ? ofi_pep_request(l, timeout_ms, req, hs, hs_len) :
+		       ofi_sock_request(l, timeout_ms, req, hs, hs_len);
+	/* The EQ's wait fd stays readable until fi_trywait() resets it: rearm
+	 * it so the listener fd means "a request is pending" again. */
+	if (l->pep) {
+		struct fid *f = &l->eq->fid;
+
+		fi_trywait(l->ctx->fabric, &f, 1);
+	}
+	if (ret) {
+		free(req);
+		return ret;
+	}
+	*breq = req;
+	return 0;
+}
+
+void ofi_reject(void *breq, int why)
+{
+	struct ofi_req *req = breq;
+
+	(void)why;
+	if (!req)
+		return;
+	if (req->info) {
+		fi_reject(req->pep, req->info->handle, NULL, 0);
+		fi_freeinfo(req->info);
+	}
+	if (req->sock >= 0)
+		close(req->sock);
+	free(req);
+}
+
+/* ------------------------------------------------------------ connecting */
+
+/* Wait for FI_CONNECTED on the connection's EQ; its CM data is the reply. */
+static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline, uint8_t *reply,
+			      size_t *reply_len)
+{
+	union {
+		struct fi_eq_cm_entry e;
+		uint8_t b[OFI_CM_BUF];
+	} u;
+	uint32_t event;
+	ssize_t r;
+
+	for (;;) {
+		r = fi_eq_sread(c->eq, &event, &u, sizeof(u), ofi_remaining_ms(deadline), 0);
+		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
+			wimm_ctx_set_provider_error(c->ctx->core, -FI_ETIMEDOUT,
+						    "no FI_CONNECTED in time");
+			return WIMM_E_TIMEDOUT;
+		}
+		if (r == -FI_EAVAIL) {
+			struct fi_eq_err_entry err = { 0 };
+
+			fi_eq_readerr(c->eq, &err, 0);
+			return ofi_err(c->ctx, -err.err, "connection");
+		}
+		if (r < 0)
+			return ofi_err(c->ctx, (int)r, "fi_eq_sread");
+		if (event == FI_SHUTDOWN) {
+			wimm_ctx_set_provider_error(c->ctx->core, -FI_ECONNRESET,
+						    "shut down during set-up");
+			return WIMM_E_DISCONNECTED;
+		}
+		if (event != FI_CONNECTED)
+			continue;
+		if (reply) {
+			size_t n = (size_t)r > sizeof(u.e) ? (size_t)r - sizeof(u.e) : 0;
+
+			if (n > *reply_len)
+				return WIMM_E_PROTO;
+			memcpy(reply, u.e.data, n);
+			*reply_len = n;
+		}
+		c->connected = 1;
+		return 0;
+	}
+}
+
+static int ofi_msg_connect(struct ofi_conn *c, const char *host, const char *port,
+			   const uint8_t *hs, size_t hs_len, uint8_t *reply, size_t *reply_len,
+			   int64_t deadline)
+{
+	struct ofi_ctx *x = c->ctx;
+	struct fi_info *hints = ofi_hints(x->info->fabric_attr->prov_name, FI_EP_MSG);
+	int ret;
+
+	if (!hints)
+		return WIMM_E_NOMEM;
+	ret = fi_getinfo(OFI_API_VERSION, host, port, 0, hints, &c->info);
+	fi_freeinfo(hints);
+	if (ret) {
+		c->info = NULL;
+		ofi_err(x, ret, "fi_getinfo (peer address)");
+		return WIMM_E_ADDR;
+	}
+	ret = ofi_conn_open_ep(c, c->info);
+	if (ret)
+		return ret;
+	ret = ofi_ctx_track(x);
+	if (ret)
+		return ret;
+	ret = fi_connect(c->ep, c->info->dest_addr, hs, hs_len);
+	if (ret)
+		return ofi_err(x, ret, "fi_connect");
+	return ofi_wait_connected(c, deadline, reply, reply_len);
+}
+
+static int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *port,
+			    const uint8_t *hs, size_t hs_len, uint8_t *reply, size_t *reply_len,
+			    int64_t deadline)
+{
+	struct ofi_ctx *x = c->ctx;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *res;
+	socklen_t el = sizeof(int);
+	int fd, ret, err = 0;
+
+	ret = getaddrinfo(*host ? host : NULL, port, &hints, &res);
+	if (ret) {
+		wimm_ctx_set_provider_error(x->core, ret, gai_strerror(ret));
+		return WIMM_E_ADDR;
+	}
+	fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		ret = ofi_errno_err(x, errno, "socket", WIMM_E_PROVIDER);
+		goto err_freeaddr;
+	}
+	if (connect(fd, res->ai_addr, res->ai_addrlen) && errno != EINPROGRESS) {
+		err = errno;
+		goto err_close;
+	}
+	err = -ofi_wait_fd(fd, POLLOUT, deadline);
+	if (!err && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
+		err = errno;
+	if (!err)
+		err = -ofi_send_frame(fd, hs, hs_len, deadline);
+	if (!err)
+		err = -ofi_recv_frame(fd, reply, *reply_len, reply_len, deadline);
+	if (err)
+		goto err_close;
+	freeaddrinfo(res);
+	c->sock = fd;
+	if (ofi_epoll_add(x, fd) == 0)
+		c->in_epoll_sock = 1;
+	c->connected = 1;
+	return 0;
+
+err_close:
+	close(fd);
+	ret = ofi_errno_err(x, err, "connect", ofi_sock_code(err));
+err_freeaddr:
+	freeaddrinfo(res);
+	return ret;
+}
+
+int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
+		size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms)
+{
+	struct ofi_conn *c = bconn;
+	int64_t deadline = ofi_deadline(timeout_ms);
+
+	if (c->ctx->msg)
+		return ofi_msg_connect(c, host, port, hs, hs_len, reply, reply_len, deadline);
+	return ofi_sock_connect(c, host, port, hs, hs_len, reply, reply_len, deadline);
+}
+
+int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
+{
+	struct ofi_conn *c = bconn;
+	int64_t deadline = ofi_deadline(timeout_ms);
+	int ret;
+
+	if (!c->ctx->msg) {
+		ret = ofi_send_frame(c->sock, hs, hs_len, deadline);
+		if (ret)
+			return ofi_errno_err(c->ctx, -ret, "sending handshake",
+					     ofi_sock_code(-ret));
+		c->connected = 1;
+		return 0;
+	}
+	ret = fi_accept(c->ep, hs, hs_len);
+	if (ret)
+		return ofi_err(c->ctx, ret, "fi_accept");
+	return ofi_wait_connected(c, deadline, NULL, NULL);
+}
+
+/* The process of an shm address ("fi_shm://<pid>:<n>:<n>" or "<pid>:..."),
+ * or -1 where the name has no pid in front. */
+static long ofi_addr_pid(const uint8_t *addr, size_t len)
+{
+	char name[WIMM_HS_MAX_ADDR + 1];
+	const char *p = name;
+	char *end;
+	long pid;
+
+	memcpy(name, addr, len);
+	name[len] = '\0';
+	if (!strncmp(p, "fi_shm://", 9))
+		p += 9;
+	pid = strtol(p, &end, 10);
+	return end != p && *end == ':' ? pid : -1;
+}
+
+/* shm maps a new peer lazily: the first operation towards it sends our
+ * name and fails with -FI_EAGAIN until the peer's progress has taken it. Do
+ * that here, with a zero-length plain write (no event at the peer) to its
+ * null window, while the peer is in its own set-up, so the application's
+ * first post does not fail with WIMM_E_AGAIN. Best effort: a peer that stops
+ * progressing leaves the first posts to retry. */
+static void ofi_rdm_kick(struct ofi_conn *c)
+{
+	int64_t deadline = wimm_now_ms() + OFI_KICK_MS;
+	struct fi_rma_iov rma = { 0 };
+	struct fi_msg_rma m = { .addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1 };
+	struct timespec pause = { 0, 20000 };
+
+	while (fi_writemsg(c->ep, &m, FI_INJECT) == -FI_EAGAIN && wimm_now_ms() < deadline) {
+		ofi_conn_stash_cq(c);
+		nanosleep(&pause, NULL);
+	}
+}
+
+int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)
+{
+	struct ofi_conn *c = bconn;
+	int ret;
+
+	if (c->ctx->msg)
+		return 0;
+	if (!peer->addr_len) {
+		wimm_ctx_set_provider_error(c->ctx->core, 0, "peer sent no endpoint address");
+		return WIMM_E_PROTO;
+	}
+	ret = fi_av_insert(c->av, peer->addr, 1, &c->peer, 0, NULL);
+	if (ret != 1) {
+		c->peer = FI_ADDR_UNSPEC;
+		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
+	}
+	c->same_proc = ofi_addr_pid(peer->addr, peer->addr_len) == (long)getpid();
+	ofi_rdm_kick(c);
+	return 0;
+}

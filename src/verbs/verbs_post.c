@@ -1,0 +1,299 @@
+/* verbs backend: the one post builder (where imm goes to network order), the
+ * receive window refill, and the one completion decoder (where imm comes
+ * back to host order). Hot path: no syscalls beyond the provider's own.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+
+#include "verbs/verbs_internal.h"
+
+#define VERBS_POLL_BATCH 32
+
+int verbs_status_to_wimm(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_WR_FLUSH_ERR:     /* QP went to error: the connection is gone */
+	case IBV_WC_RETRY_EXC_ERR:    /* peer stopped acking: dead or unreachable */
+		return WIMM_E_DISCONNECTED;
+	case IBV_WC_RNR_RETRY_EXC_ERR: /* peer had no receive posted */
+		return WIMM_E_NORECV;
+	case IBV_WC_REM_ACCESS_ERR:   /* outside the peer's window or its rights */
+		return WIMM_E_BOUNDS;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_LEN_ERR:
+		return WIMM_E_LOCAL_BOUNDS;
+	case IBV_WC_REM_INV_REQ_ERR:  /* e.g. a send longer than the receive slot */
+		return WIMM_E_TRUNC;
+	default:
+		return WIMM_E_PROVIDER;
+	}
+}
+
+/* Post n receives in ONE ibv_post_recv call (a linked list), oldest slot
+ * first, so slot i of the ring is always the i-th receive to complete. */
+int verbs_rx_post(struct verbs_conn *c, uint32_t n)
+{
+	struct ibv_recv_wr *bad;
+	uint32_t i, slot;
+	int rc;
+
+	if (!n)
+		return 0;
+	for (i = 0; i < n; i++) {
+		struct ibv_recv_wr *w = &c->rx_wr[i];
+
+		slot = (uint32_t)((c->rx_posted + i) % c->rx_depth);
+		w->wr_id = VERBS_WRID_RECV | VERBS_WRID(c->use_srq ? 0 : c->gen, slot);
+		w->next = i + 1 < n ? &c->rx_wr[i + 1] : NULL;
+		if (c->recv_size) {
+			c->rx_sge[i].addr = (uintptr_t)(c->rx_buf + (size_t)slot * c->recv_size);
+			c->rx_sge[i].length = c->recv_size;
+			c->rx_sge[i].lkey = c->rx_mr->lkey;
+			w->sg_list = &c->rx_sge[i];
+			w->num_sge = 1;
+		} else {
+			/* zero-length: a write-with-imm never touches a buffer */
+			w->sg_list = NULL;
+			w->num_sge = 0;
+		}
+	}
+	rc = c->use_srq ? ibv_post_srq_recv(c->vc->srq, c->rx_wr, &bad) :
+			  ibv_post_recv(c->qp, c->rx_wr, &bad);
+	if (rc)
+		return verbs_err(c->vc, WIMM_E_PROVIDER, rc, "ibv_post_recv(%u): %s", n,
+				 strerror(rc));
+	c->rx_posted += n;
+	return 0;
+}
+
+int verbs_rx_release(void *bconn, uint32_t n)
+{
+	struct verbs_conn *c = bconn;
+	int rc;
+
+	if (n > c->rx_depth || n > c->rx_consumed - c->rx_released)
+		return WIMM_E_INVAL;
+	if (c->dead) {
+		/* a QP in error would only flush them back */
+		c->rx_released += n;
+		return 0;
+	}
+	rc = verbs_rx_post(c, n);
+	if (!rc)
+		c->rx_released += n;
+	return rc;
+}
+
+/* The one post builder, for all four operations. */
+int verbs_post(void *bconn, const struct wimm_wr *wr)
+{
+	struct verbs_conn *c = bconn;
+	struct ibv_send_wr swr, *bad;
+	struct ibv_sge sge;
+	struct verbs_sslot *s;
+	uint32_t out = (uint32_t)(c->sq_posted - c->sq_done);
+	int signaled, rc;
+
+	if (c->dead)
+		return WIMM_E_DISCONNECTED;
+	/* user WRs get sq_depth slots; the core's credit writes the rest */
+	if (out >= c->sq_size || (!wr->internal && c->user_out >= c->sq_depth))
+		return WIMM_E_AGAIN;
+
+	memset(&swr, 0, sizeof(swr));
+	switch (wr->op) {
+	case WIMM_OP_WRITE_IMM:
+		swr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		swr.imm_data = htonl(wr->imm);
+		break;
+	case WIMM_OP_WRITE:
+		swr.opcode = IBV_WR_RDMA_WRITE;
+		break;
+	case WIMM_OP_SEND_IMM:
+		swr.opcode = IBV_WR_SEND_WITH_IMM;
+		swr.imm_data = htonl(wr->imm);
+		break;
+	case WIMM_OP_READ:
+		swr.opcode = IBV_WR_RDMA_READ;
+		break;
+	default:
+		return WIMM_E_INVAL;
+	}
+	if (wr->op != WIMM_OP_SEND_IMM) {
+		swr.wr.rdma.remote_addr = wr->raddr;
+		swr.wr.rdma.rkey = (uint32_t)wr->rkey;
+	}
+	if (wr->len) {
+		sge.addr = (uintptr_t)wr->local;
+		sge.length = (uint32_t)wr->len;
+		sge.lkey = ((struct ibv_mr *)wr->lmr->desc)->lkey;
+		swr.sg_list = &sge;
+		swr.num_sge = 1;
+		if (wr->op != WIMM_OP_READ && wr->len <= c->max_inline)
+			swr.send_flags |= IBV_SEND_INLINE;
+	}
+	signaled = wr->signal || c->unsig_run + 1 >= c->sig_every;
+	if (signaled)
+		swr.send_flags |= IBV_SEND_SIGNALED;
+	swr.wr_id = VERBS_WRID(c->gen, c->sq_posted);
+
+	rc = ibv_post_send(c->qp, &swr, &bad);
+	if (rc) {
+		if (rc == ENOMEM)
+			return WIMM_E_AGAIN;
+		return verbs_err(c->vc, WIMM_E_PROVIDER, rc, "ibv_post_send: %s", strerror(rc));
+	}
+	s = &c->ss[c->sq_posted % c->sq_size];
+	s->op_seq = wr->op_seq;
+	s->op = (uint8_t)wr->op;
+	s->internal = wr->internal ? 1 : 0;
+	s->report = wr->signal ? 1 : 0;
+	c->sq_posted++;
+	if (!wr->internal)
+		c->user_out++;
+	c->unsig_run = signaled ? 0 : c->unsig_run + 1;
+	return 0;
+}
+
+/* A send completion frees its slot and every earlier one (completions are
+ * in order on a QP; unsignaled WRs before it are done too). */
+static struct verbs_sslot *verbs_sq_complete(struct verbs_conn *c, uint32_t low)
+{
+	uint32_t n = low - (uint32_t)c->sq_done + 1;
+	struct verbs_sslot *s = NULL;
+
+	if (n == 0 || n > c->sq_posted - c->sq_done)
+		return NULL; /* not outstanding: stale */
+	while (n--) {
+		s = &c->ss[c->sq_done % c->sq_size];
+		if (!s->internal)
+			c->user_out--;
+		c->sq_done++;
+	}
+	return s;
+}
+
+/* The one completion decoder. Returns 1 when *out was filled, 0 when the
+ * completion is swallowed (forced signal, stale, flushed receive). */
+static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wimm_cqe *out)
+{
+	struct verbs_conn *c = verbs_tab_find(vc, wc->qp_num);
+	int is_recv = (wc->wr_id & VERBS_WRID_RECV) != 0;
+	struct verbs_sslot *s;
+	uint32_t slot;
+
+	if (!c)
+		return 0; /* its connection was deleted */
+	if ((!is_recv || !c->use_srq) && VERBS_WRID_GEN(wc->wr_id) != c->gen)
+		return 0; /* an older QP with the same number */
+	memset(out, 0, sizeof(*out));
+	out->conn = c->core;
+
+	if (is_recv) {
+		if (wc->status != IBV_WC_SUCCESS) {
+			/* flushed or failed receive: the QP is in error */
+			if (c->down == 0 && wc->status != IBV_WC_WR_FLUSH_ERR)
+				verbs_err(vc, 0, wc->status, "receive: %s",
+					  ibv_wc_status_str(wc->status));
+			verbs_conn_mark_down(c, verbs_status_to_wimm(wc->status), wc->status);
+			return 0;
+		}
+		slot = (uint32_t)wc->wr_id;
+		c->rx_consumed++;
+		out->len = wc->byte_len;
+		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+			/* ERRATA E3: byte_len is the length of the write */
+			out->kind = WIMM_CQE_RECV_WRITE_IMM;
+			out->imm = ntohl(wc->imm_data);
+		} else {
+			out->kind = WIMM_CQE_RECV_SEND_IMM;
+			out->imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+			out->data = c->recv_size ? c->rx_buf + (size_t)slot * c->recv_size : NULL;
+		}
+		return 1;
+	}
+
+	s = verbs_sq_complete(c, (uint32_t)wc->wr_id);
+	if (!s)
+		return 0;
+	out->op = (enum wimm_op)s->op;
+	out->op_seq = s->op_seq;
+	out->internal = s->internal;
+	if (wc->status == IBV_WC_SUCCESS) {
+		if (!s->report)
+			return 0; /* forced signal, swallowed */
+		out->kind = WIMM_CQE_SEND_DONE;
+		out->len = wc->byte_len;
+		return 1;
+	}
+	out->kind = WIMM_CQE_SEND_ERROR;
+	out->status = verbs_status_to_wimm(wc->status);
+	out->prov_err = wc->status;
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		verbs_err(vc, 0, wc->status, "%s", ibv_wc_status_str(wc->status));
+	/* any send error leaves an RC QP in error: the connection is over */
+	verbs_conn_mark_down(c, out->status, wc->status);
+	return 1;
+}
+
+/* One CONN_DOWN per connection; also tell the peer at once. */
+static int verbs_emit_down(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
+{
+	int got = 0;
+	uint32_t i;
+
+	for (i = 0; i < vc->tab_size && got < n && vc->down_pending; i++) {
+		struct verbs_conn *c = vc->tab[i];
+
+		if (!c || c->down != 1)
+			continue;
+		c->down = 2;
+		vc->down_pending--;
+		memset(&out[got], 0, sizeof(out[got]));
+		out[got].kind = WIMM_CQE_CONN_DOWN;
+		out[got].conn = c->core;
+		out[got].status = c->down_status;
+		out[got].prov_err = c->down_prov;
+		got++;
+		rdma_disconnect(c->id);
+		c->established = 0;
+	}
+	return got;
+}
+
+int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
+{
+	struct verbs_ctx *vc = bctx;
+	struct ibv_wc wc[VERBS_POLL_BATCH];
+	int got = 0, want = 0, k = 0, i;
+	int64_t now;
+
+	while (got < n && vc->stash_pos < vc->stash_n)
+		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
+	while (got < n) {
+		want = n - got < VERBS_POLL_BATCH ? n - got : VERBS_POLL_BATCH;
+		k = ibv_poll_cq(vc->cq, want, wc);
+		if (k < 0)
+			return verbs_err(vc, WIMM_E_PROVIDER, k, "ibv_poll_cq failed");
+		for (i = 0; i < k; i++)
+			got += verbs_decode(vc, &wc[i], &out[got]);
+		if (k < want)
+			break;
+	}
+	if (got == n)
+		return got;
+	/* the CQ is drained: now the control channels, at most every ~1 ms,
+	 * and always right after arm() (the blocking path) */
+	now = wimm_now_ms();
+	if (vc->armed || now - vc->last_ctl_ms >= VERBS_CTL_PERIOD_MS) {
+		vc->armed = 0;
+		vc->last_ctl_ms = now;
+		verbs_control(vc);
+	}
+	if (vc->down_pending)
+		got += verbs_emit_down(vc, &out[got], n - got);
+	return got;
+}

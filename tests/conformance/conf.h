@@ -1,0 +1,164 @@
+/* The conformance suite: one program, run once per fabric URI. Each test is
+ * a function taking the URI; it records a failure with CHECK*() (which jumps
+ * to the test's `out:` label for cleanup) or a skip with conf_skip().
+ *
+ * Peers are two contexts in one process (contexts are single-threaded, so
+ * a test either drives both from one thread or gives each its own thread),
+ * or a child process where a peer has to die. */
+#ifndef WIMM_CONF_H
+#define WIMM_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wimm.h"
+
+/* ------------------------------------------------------------ reporting */
+
+void conf_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void conf_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int conf_failed(void);
+/* The runner's side: clear the state before a test, read it after (0 pass,
+ * 1 fail, 2 skip; reason filled). */
+void conf_reset(void);
+int conf_result(char *reason, size_t len);
+/* A "# ..." diagnostic line (timings, measured values). */
+void conf_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			conf_fail(__FILE__, __LINE__, "%s", #cond);                                \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* Same, with a message saying what happened instead. */
+#define CHECKF(cond, ...)                                                                          \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			conf_fail(__FILE__, __LINE__, __VA_ARGS__);                                \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* A call returning a wimm code must return exactly `want`. */
+#define CHECK_RC(expr, want)                                                                       \
+	do {                                                                                       \
+		int check_rc_ = (expr), check_want_ = (want);                                      \
+		if (check_rc_ != check_want_) {                                                    \
+			conf_fail(__FILE__, __LINE__, "%s: got %s, expected %s", #expr,            \
+				  wimm_err_name(check_rc_), wimm_err_name(check_want_));           \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+/* Integer equality (counts, lengths), printing both values. */
+#define CHECK_EQ(expr, want)                                                                       \
+	do {                                                                                       \
+		long long check_v_ = (long long)(expr), check_w_ = (long long)(want);              \
+		if (check_v_ != check_w_) {                                                        \
+			conf_fail(__FILE__, __LINE__, "%s: got %lld, expected %lld", #expr,        \
+				  check_v_, check_w_);                                             \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+/* --------------------------------------------------------- environment */
+
+/* Host to listen on and connect to (env WIMM_TEST_HOST, default 127.0.0.1:
+ * verbs:rxe0 needs the rxe netdev's address). */
+const char *conf_host(void);
+/* Reduced workloads (env WIMM_TEST_QUICK=1), e.g. under valgrind. */
+int conf_quick(void);
+/* Multiplier for watchdogs and timing limits (env WIMM_TEST_TIMEOUT_SCALE,
+ * default 1: the contract's own numbers), for valgrind and emulated CPUs. */
+double conf_scale(void);
+/* Path of this program, for re-executing it as a child peer. */
+extern const char *conf_self;
+
+int64_t conf_now_ms(void);
+uint64_t conf_now_us(void);
+void conf_sleep_us(unsigned us);
+
+/* xorshift64*: deterministic, so a failing size/seed reproduces. */
+uint64_t conf_rand(uint64_t *state);
+void conf_fill(void *buf, size_t len, uint64_t seed);
+/* 0 when buf holds what conf_fill(seed) wrote, else 1 + first bad index. */
+size_t conf_verify(const void *buf, size_t len, uint64_t seed);
+
+/* --------------------------------------------------------------- pairs */
+
+#define PAIR_MAX_REGIONS 8
+#define CONNECT_TIMEOUT_MS 10000
+
+struct region {
+	struct wimm_ctx *ctx;
+	void *buf;
+	size_t len;
+	struct wimm_mr *mr;
+};
+
+/* Two contexts and one connection between them: the server side listens and
+ * accepts (conn s), the client side connects (conn c). */
+struct pair {
+	struct wimm_ctx *sctx, *cctx;
+	struct wimm_listener *l;
+	struct wimm_conn *s, *c;
+	struct region reg[PAIR_MAX_REGIONS];
+	int nreg;
+};
+
+/* Open both contexts (records a failure itself and returns < 0). */
+int pair_open(struct pair *p, const char *uri);
+/* Register a zeroed region of len bytes on ctx, owned by the pair. */
+struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access);
+/* Listen with sattr, connect with cattr, accept: both conns exist after. */
+int pair_connect(struct pair *p, const struct wimm_conn_attr *sattr,
+		 const struct wimm_conn_attr *cattr);
+/* Connect to p->l, already listening at addr, and accept there. */
+int pair_connect_on(struct pair *p, const char *addr, const struct wimm_conn_attr *cattr);
+/* Everything in the order the API wants: conns, listener, regions, ctxs. */
+void pair_close(struct pair *p);
+
+/* Listen on conf_host():0; writes "host:port" into addr. */
+int conf_listen(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, struct wimm_listener **l,
+		char *addr, size_t addr_len);
+
+/* Next event of ctx within timeout_ms, driving `other` (may be NULL) while
+ * waiting so manual-progress providers move the peer's data. Returns 1 with
+ * *ev filled, 0 on timeout, or a negative wimm error. */
+int next_event(struct wimm_ctx *ctx, struct wimm_ctx *other, struct wimm_event *ev, int timeout_ms);
+/* Like next_event, skipping events of other types (counted in *skipped if
+ * not NULL); returns 1 only for an event of `type` on conn (NULL: any). */
+int wait_event(struct wimm_ctx *ctx, struct wimm_ctx *other, enum wimm_event_type type,
+	       struct wimm_conn *conn, struct wimm_event *ev, int timeout_ms, int *skipped);
+/* Count events of ctx arriving within ms (driving other): for "nothing more
+ * arrives" checks. */
+int drain_events(struct wimm_ctx *ctx, struct wimm_ctx *other, int ms);
+const char *conf_ev_name(enum wimm_event_type t);
+
+/* ---------------------------------------------------------------- tests */
+
+struct conf_test {
+	const char *name;
+	void (*fn)(const char *uri);
+	int timeout_s; /* watchdog; 0 = default */
+};
+
+/* Each topic file exports its table, terminated by { NULL }. */
+extern const struct conf_test conf_tests_data[];
+extern const struct conf_test conf_tests_bounds[];
+extern const struct conf_test conf_tests_credit[];
+extern const struct conf_test conf_tests_failure[];
+extern const struct conf_test conf_tests_wait[];
+extern const struct conf_test conf_tests_input[];
+
+/* Child roles for tests that need a peer process (conf_failure.c). */
+int conf_child_main(int argc, char **argv);
+
+#endif

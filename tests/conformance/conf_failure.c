@@ -1,0 +1,365 @@
+/* Failure is an event, never a hang (contract item 8): a peer process that
+ * dies by SIGKILL, or one that closes in order, shows up as a DISCONNECT
+ * event at the other side, fast. The dying peers are this program re-run
+ * with --child, so they start from a clean process. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "conf.h"
+
+#define DEATH_LIMIT_MS ((int)(1000 * conf_scale()))
+#define WARMUP_EVENTS 200
+
+/* ---------------------------------------------------------- child roles */
+
+/* Ring doorbells at the peer forever, handling our own events so credits
+ * keep flowing; exit when the connection fails. */
+static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
+{
+	struct wimm_event ev[16];
+	uint32_t seq = 0;
+
+	for (;;) {
+		int rc = wimm_write_imm(c, NULL, 0, 0, 0, seq, 0);
+
+		if (rc == 0)
+			seq++;
+		else if (rc != WIMM_E_AGAIN)
+			return 1;
+		int n = wimm_poll(ctx, ev, 16);
+
+		for (int i = 0; i < n; i++)
+			if (ev[i].type == WIMM_EV_DISCONNECT)
+				return 1;
+		if (rc == WIMM_E_AGAIN)
+			conf_sleep_us(100);
+	}
+}
+
+/* --child writer URI ADDR | --child server URI FD */
+int conf_child_main(int argc, char **argv)
+{
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_conn *c = NULL;
+	struct wimm_listener *l = NULL;
+	char addr[300];
+
+	/* Never outlive the test, whatever happens to it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	alarm(60);
+	if (argc != 3)
+		return 2;
+	if (wimm_ctx_open(argv[1], NULL, &ctx))
+		return 3;
+	if (strcmp(argv[0], "writer") == 0) {
+		if (wimm_connect(ctx, argv[2], NULL, CONNECT_TIMEOUT_MS, &c))
+			return 4;
+	} else if (strcmp(argv[0], "server") == 0) {
+		int fd = atoi(argv[2]);
+
+		if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
+			return 4;
+		dprintf(fd, "%d\n", wimm_listener_port(l));
+		close(fd);
+		if (wimm_accept(l, CONNECT_TIMEOUT_MS, &c))
+			return 5;
+	} else {
+		return 2;
+	}
+	return child_stream(ctx, c);
+}
+
+/* fork + exec this program as a child peer; returns its pid or -1. */
+static pid_t spawn_child(const char *role, const char *uri, const char *arg)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	fflush(stderr);
+	/* The pipe fd of the server role stays open across exec on purpose. */
+	pid = fork();
+	if (pid == 0) {
+		char *const argv[] = {(char *)conf_self, "--child",   (char *)role,
+				      (char *)uri,	 (char *)arg, NULL};
+
+		execv(conf_self, argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void reap(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+		*pid = -1;
+	}
+}
+
+/* Take WARMUP_EVENTS doorbells of conn, so the peer is surely streaming. */
+static int warm_up(struct wimm_ctx *ctx, struct wimm_conn *conn)
+{
+	struct wimm_event ev;
+	int got = 0;
+	int64_t deadline = conf_now_ms() + 10000;
+
+	while (got < WARMUP_EVENTS && conf_now_ms() < deadline) {
+		int n = next_event(ctx, NULL, &ev, 100);
+
+		if (n < 0)
+			return n;
+		if (n == 1 && ev.type == WIMM_EV_WRITE_IMM && ev.conn == conn)
+			got++;
+		else if (n == 1) {
+			conf_fail(__FILE__, __LINE__, "unexpected %s event while streaming",
+				  conf_ev_name(ev.type));
+			return -1;
+		}
+	}
+	if (got < WARMUP_EVENTS) {
+		conf_fail(__FILE__, __LINE__, "only %d doorbells from the child in 10 s", got);
+		return -1;
+	}
+	return 0;
+}
+
+/* After the kill: poll (and try to post) until the death shows, as a
+ * DISCONNECT event or a DISCONNECTED post. Returns ms, or -1 on none in 5 s. */
+static int64_t time_to_notice(struct wimm_ctx *ctx, struct wimm_conn *conn, int64_t t0, int posting,
+			      int *how)
+{
+	struct wimm_event ev[16];
+
+	while (conf_now_ms() - t0 < 5000) {
+		int n = wimm_poll(ctx, ev, 16);
+
+		if (n < 0) {
+			conf_fail(__FILE__, __LINE__, "wimm_poll: %s", wimm_err_name(n));
+			return -1;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == WIMM_EV_DISCONNECT && ev[i].conn == conn) {
+				*how = WIMM_EV_DISCONNECT;
+				return conf_now_ms() - t0;
+			}
+		}
+		if (posting && wimm_write_imm(conn, NULL, 0, 0, 0, 7, 0) == WIMM_E_DISCONNECTED) {
+			*how = 0;
+			return conf_now_ms() - t0;
+		}
+		conf_sleep_us(200);
+	}
+	return -1;
+}
+
+/* After the death is known: the connection says so and refuses posts. */
+static int check_dead(struct wimm_conn *conn)
+{
+	struct wimm_conn_info ci;
+	int rc;
+
+	if (wimm_conn_info(conn, &ci) || ci.connected != 0) {
+		conf_fail(__FILE__, __LINE__, "conn_info.connected still 1 after the peer died");
+		return -1;
+	}
+	rc = wimm_write_imm(conn, NULL, 0, 0, 0, 1, 0);
+	if (rc != WIMM_E_DISCONNECTED) {
+		conf_fail(__FILE__, __LINE__, "write_imm to a dead peer: %s, expected DISCONNECTED",
+			  wimm_err_name(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* In cleanup, where CHECK would jump back to it. */
+static void close_ctx(struct wimm_ctx **ctx)
+{
+	int rc = wimm_ctx_close(ctx);
+
+	if (rc)
+		conf_fail(__FILE__, __LINE__, "wimm_ctx_close: %s", wimm_err_name(rc));
+}
+
+/* The client process streams into us, then is SIGKILLed. */
+static void t_dead_client(const char *uri)
+{
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_listener *l = NULL;
+	struct wimm_conn *s = NULL;
+	char addr[300];
+	pid_t pid = -1;
+	int how = -1;
+
+	int rc = wimm_ctx_open(uri, NULL, &ctx);
+
+	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
+		conf_skip("fabric not available");
+		goto out;
+	}
+	CHECK_OK(rc);
+	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
+		goto out;
+	pid = spawn_child("writer", uri, addr);
+	CHECK(pid > 0);
+	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
+	if (warm_up(ctx, s))
+		goto out;
+	int64_t t0 = conf_now_ms();
+
+	reap(&pid);
+	int64_t ms = time_to_notice(ctx, s, t0, 0, &how);
+
+	conf_diag("dead client noticed after %lld ms", (long long)ms);
+	CHECKF(ms >= 0, "no DISCONNECT event within 5 s of SIGKILL");
+	CHECKF(ms <= DEATH_LIMIT_MS, "DISCONNECT took %lld ms, limit %d", (long long)ms,
+	       DEATH_LIMIT_MS);
+	if (check_dead(s))
+		goto out;
+out:
+	reap(&pid);
+	wimm_conn_delete(&s);
+	wimm_listener_delete(&l);
+	close_ctx(&ctx);
+}
+
+/* Read the child's port from the pipe, waiting at most 10 s. */
+static int read_port(int fd)
+{
+	char buf[32];
+	size_t len = 0;
+	int64_t deadline = conf_now_ms() + 10000;
+
+	while (len < sizeof(buf) - 1 && conf_now_ms() < deadline) {
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (memchr(buf, '\n', len))
+			break;
+	}
+	buf[len] = '\0';
+	return memchr(buf, '\n', len) ? atoi(buf) : -1;
+}
+
+/* The server process streams into us, then is SIGKILLed; we notice as an
+ * event or as a failing post. */
+static void t_dead_server(const char *uri)
+{
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_conn *c = NULL;
+	int fds[2] = {-1, -1};
+	char addr[300], fdarg[16];
+	pid_t pid = -1;
+	int how = -1;
+
+	int rc = wimm_ctx_open(uri, NULL, &ctx);
+
+	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
+		conf_skip("fabric not available");
+		goto out;
+	}
+	CHECK_OK(rc);
+	CHECK(pipe(fds) == 0);
+	snprintf(fdarg, sizeof(fdarg), "%d", fds[1]);
+	pid = spawn_child("server", uri, fdarg);
+	CHECK(pid > 0);
+	close(fds[1]);
+	fds[1] = -1;
+	int port = read_port(fds[0]);
+
+	CHECKF(port > 0, "the server child reported no port");
+	snprintf(addr, sizeof(addr), strchr(conf_host(), ':') ? "[%s]:%d" : "%s:%d", conf_host(),
+		 port);
+	CHECK_OK(wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c));
+	if (warm_up(ctx, c))
+		goto out;
+	int64_t t0 = conf_now_ms();
+
+	reap(&pid);
+	int64_t ms = time_to_notice(ctx, c, t0, 1, &how);
+
+	conf_diag("dead server noticed after %lld ms (%s)", (long long)ms,
+		  how == WIMM_EV_DISCONNECT ? "DISCONNECT event" : "post failed DISCONNECTED");
+	CHECKF(ms >= 0, "neither a DISCONNECT event nor a failing post within 5 s of SIGKILL");
+	CHECKF(ms <= DEATH_LIMIT_MS, "noticing took %lld ms, limit %d", (long long)ms,
+	       DEATH_LIMIT_MS);
+	if (check_dead(c))
+		goto out;
+out:
+	reap(&pid);
+	if (fds[0] >= 0)
+		close(fds[0]);
+	if (fds[1] >= 0)
+		close(fds[1]);
+	wimm_conn_delete(&c);
+	close_ctx(&ctx);
+}
+
+/* One side deletes its connection: the other gets exactly one DISCONNECT,
+ * then its connection is down and refuses posts. */
+static void close_one_side(const char *uri, int server_closes)
+{
+	struct wimm_conn_attr sattr = {0}, cattr = {0};
+	struct wimm_event ev;
+	struct pair p;
+
+	if (pair_open(&p, uri))
+		goto out;
+	if (pair_connect(&p, &sattr, &cattr))
+		goto out;
+	/* Traffic first, so the close is not on an idle connection only. */
+	CHECK_OK(wimm_write_imm(p.c, NULL, 0, 0, 0, 1, 0));
+	CHECK_EQ(wait_event(p.sctx, p.cctx, WIMM_EV_WRITE_IMM, p.s, &ev, 5000, NULL), 1);
+
+	struct wimm_ctx *octx = server_closes ? p.cctx : p.sctx;
+	struct wimm_ctx *cctx = server_closes ? p.sctx : p.cctx;
+	struct wimm_conn **closer = server_closes ? &p.s : &p.c;
+	struct wimm_conn *other = server_closes ? p.c : p.s;
+	int64_t t0 = conf_now_ms();
+
+	CHECK_OK(wimm_conn_delete(closer));
+	CHECK(*closer == NULL);
+	int rc = wait_event(octx, cctx, WIMM_EV_DISCONNECT, other, &ev, 5000, NULL);
+	int64_t ms = conf_now_ms() - t0;
+
+	CHECKF(rc == 1, "no DISCONNECT within 5 s of wimm_conn_delete");
+	conf_diag("orderly close noticed after %lld ms", (long long)ms);
+	CHECKF(ms <= DEATH_LIMIT_MS, "DISCONNECT took %lld ms", (long long)ms);
+	CHECK(ev.user == (server_closes ? cattr.user : sattr.user));
+	if (check_dead(other))
+		goto out;
+	/* Exactly one. */
+	CHECK_EQ(drain_events(octx, cctx, 200), 0);
+out:
+	pair_close(&p);
+}
+
+static void t_orderly_close_client(const char *uri)
+{
+	close_one_side(uri, 0);
+}
+
+static void t_orderly_close_server(const char *uri)
+{
+	close_one_side(uri, 1);
+}
+
+const struct conf_test conf_tests_failure[] = {
+    {"dead_client", t_dead_client, 0},
+    {"dead_server", t_dead_server, 0},
+    {"orderly_close_client", t_orderly_close_client, 0},
+    {"orderly_close_server", t_orderly_close_server, 0},
+    {NULL, NULL, 0},
+};

@@ -1,0 +1,468 @@
+/* One side of a benchmark connection: set-up, tear-down, events, posting.
+ *
+ * Every failure ends the process with status 1 after a message naming what
+ * failed: a benchmark that reports numbers after an error would lie.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+/* Windows are never smaller than this: a zero-byte region cannot be
+ * registered, and 64 bytes keeps the flag of write_poll in one cache line. */
+#define MIN_BUFFER 64
+#define BUFFER_ALIGN 4096
+/* Empty polls between two looks at the clock (the watchdog costs nothing on
+ * the hot path). */
+#define SPINS_PER_CLOCK_CHECK 1024
+
+static void vreport(const char *fmt, va_list ap)
+{
+	fputs("wimm: ", stderr);
+	vfprintf(stderr, fmt, ap);
+}
+
+static _Noreturn void end_process(void)
+{
+	/* _Exit, not exit: in --self mode the other thread may be inside the
+	 * library, and running its destructors under it could crash. */
+	fflush(stdout);
+	fflush(stderr);
+	_Exit(1);
+}
+
+_Noreturn void cli_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	end_process();
+}
+
+_Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vreport(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, ": %s (%s)", wimm_strerror(err), wimm_err_name(err));
+	if (ctx != NULL) {
+		const char *text = NULL;
+		int prov_err = wimm_provider_error(ctx, &text);
+		if (prov_err != 0 || (text != NULL && text[0] != '\0'))
+			fprintf(stderr, "; provider: %s (%d)", text != NULL ? text : "", prov_err);
+	}
+	fputc('\n', stderr);
+	end_process();
+}
+
+uint64_t cli_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *wimm_op_name(enum wimm_op op)
+{
+	switch (op) {
+	case WIMM_OP_WRITE_IMM:
+		return "write_imm";
+	case WIMM_OP_WRITE:
+		return "write";
+	case WIMM_OP_SEND_IMM:
+		return "send_imm";
+	case WIMM_OP_READ:
+		return "read";
+	}
+	return "operation";
+}
+
+static void *alloc_buffer(size_t len)
+{
+	size_t rounded = (len + BUFFER_ALIGN - 1) / BUFFER_ALIGN * BUFFER_ALIGN;
+	void *p = aligned_alloc(BUFFER_ALIGN, rounded);
+	if (p == NULL)
+		cli_die("cannot allocate %zu bytes", rounded);
+	memset(p, 0, rounded);
+	return p;
+}
+
+/* Receive buffers per op. send_imm: exactly the message (1 byte when it is
+ * empty, since 0 means "no buffers"). write_send: its doorbell is a 0-byte
+ * send, which still needs a posted receive to land in; the buffer is never
+ * filled, so it gets the smallest legal size and the data goes by write. */
+static uint32_t recv_size_for(const struct bench_opts *opts)
+{
+	switch (opts->op) {
+	case OP_SEND_IMM:
+		return opts->size > 0 ? (uint32_t)opts->size : 1;
+	case OP_WRITE_SEND:
+		return 1;
+	case OP_WRITE_IMM:
+	case OP_WRITE_POLL:
+		break;
+	}
+	return 0;
+}
+
+/* write_send posts two operations per message: room for a full receive
+ * window of them, within what the fabric allows. */
+static uint32_t sq_depth_for(const struct bench_opts *opts, uint32_t max_depth)
+{
+	uint32_t wanted = 2 * opts->depth > 128 ? 2 * opts->depth : 128;
+	return wanted < max_depth ? wanted : max_depth;
+}
+
+static struct wimm_conn_attr conn_attr(const struct endpoint *ep)
+{
+	return (struct wimm_conn_attr){
+	    .window = ep->window_mr,
+	    .rx_depth = ep->opts->depth,
+	    .recv_size = recv_size_for(ep->opts),
+	    .sq_depth = ep->sq_depth,
+	};
+}
+
+void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *role)
+{
+	memset(ep, 0, sizeof(*ep));
+	ep->opts = opts;
+	ep->role = role;
+
+	/* One connection per context: its send queue, receive window and
+	 * some slack for the library's own credit writes. */
+	uint32_t budget = 3 * opts->depth + 256;
+	struct wimm_ctx_attr attr = {
+	    .cq_budget = budget > 4096 ? budget : 0,
+	};
+	int rc = wimm_ctx_open(opts->fabric, &attr, &ep->ctx);
+	if (rc < 0)
+		cli_fail(NULL, rc, "%s: open fabric '%s'", role, opts->fabric);
+	struct wimm_fabric_limits limits;
+	rc = wimm_ctx_limits(ep->ctx, &limits);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: limits of fabric %s", role, wimm_ctx_fabric(ep->ctx));
+	if (opts->depth > limits.max_depth)
+		cli_die("%s: -d %u is deeper than %s allows (%u)", role, opts->depth,
+			wimm_ctx_fabric(ep->ctx), limits.max_depth);
+	ep->sq_depth = sq_depth_for(opts, limits.max_depth);
+
+	ep->window_len = opts->size > MIN_BUFFER ? opts->size : MIN_BUFFER;
+	ep->slot_len = ep->window_len;
+	ep->window = alloc_buffer(ep->window_len);
+	ep->source = alloc_buffer(2 * ep->slot_len);
+	/* A recognisable payload; write_poll overwrites only the flag byte. */
+	for (size_t i = 0; i < 2 * ep->slot_len; i++)
+		ep->source[i] = (unsigned char)(i & 0x7f);
+
+	rc = wimm_mr_reg(ep->ctx, ep->window, ep->window_len, WIMM_REMOTE_WRITE, &ep->window_mr);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: register the %zu-byte window", role, ep->window_len);
+	rc = wimm_mr_reg(ep->ctx, ep->source, 2 * ep->slot_len, WIMM_LOCAL, &ep->source_mr);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: register the source buffer", role);
+}
+
+static void format_addr(char *buf, size_t len, const char *host, int port)
+{
+	if (strchr(host, ':') != NULL && host[0] != '[')
+		snprintf(buf, len, "[%s]:%d", host, port);
+	else
+		snprintf(buf, len, "%s:%d", host, port);
+}
+
+int ep_listen(struct endpoint *ep, const char *host, int port)
+{
+	char addr[300];
+	format_addr(addr, sizeof(addr), host, port);
+	struct wimm_conn_attr attr = conn_attr(ep);
+	int rc = wimm_listen(ep->ctx, addr, &attr, &ep->listener);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: listen on %s", ep->role, addr);
+	return wimm_listener_port(ep->listener);
+}
+
+/* Catch a server and client run with different -o / -s before the first
+ * post fails with a less telling error. */
+static void check_peer(const struct endpoint *ep)
+{
+	struct wimm_conn_info info;
+	int rc = wimm_conn_info(ep->conn, &info);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: connection info", ep->role);
+	size_t size = ep->opts->size;
+	enum bench_op op = ep->opts->op;
+	int writes = op != OP_SEND_IMM;
+	if (writes && size > 0 && info.peer_window_len < size)
+		cli_die("%s: the peer's window has %zu bytes, -s is %zu (same -s on both ends?)",
+			ep->role, info.peer_window_len, size);
+	if ((op == OP_SEND_IMM || op == OP_WRITE_SEND) &&
+	    info.peer_recv_size < recv_size_for(ep->opts))
+		cli_die("%s: the peer posts %u-byte receive buffers, %s needs %u (same -o and -s"
+			" on both ends?)",
+			ep->role, info.peer_recv_size, bench_op_name(op), recv_size_for(ep->opts));
+}
+
+void ep_accept(struct endpoint *ep)
+{
+	int rc;
+	for (;;) {
+		rc = wimm_accept(ep->listener, ep->opts->timeout_ms, &ep->conn);
+		if (rc == 0)
+			break;
+		/* A malformed request is rejected and the listener stays
+		 * usable: wait for a proper client. */
+		if (rc == WIMM_E_PROTO || rc == WIMM_E_VERSION) {
+			fprintf(stderr, "wimm: %s: rejected a connection request: %s (%s)\n",
+				ep->role, wimm_strerror(rc), wimm_err_name(rc));
+			continue;
+		}
+		cli_fail(ep->ctx, rc, "%s: accept a connection", ep->role);
+	}
+	/* One client per run. A context with a live listener also looks for
+	 * connection requests when a poll comes back empty: close it so the
+	 * measured loop polls only the connection. */
+	rc = wimm_listener_delete(&ep->listener);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: close the listener", ep->role);
+	check_peer(ep);
+}
+
+void ep_connect(struct endpoint *ep, const char *host, int port)
+{
+	char addr[300];
+	format_addr(addr, sizeof(addr), host, port);
+	struct wimm_conn_attr attr = conn_attr(ep);
+	int rc = wimm_connect(ep->ctx, addr, &attr, ep->opts->timeout_ms, &ep->conn);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: connect to %s", ep->role, addr);
+	check_peer(ep);
+}
+
+void ep_close(struct endpoint *ep)
+{
+	int rc = wimm_conn_delete(&ep->conn);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: close the connection", ep->role);
+	rc = wimm_listener_delete(&ep->listener);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: close the listener", ep->role);
+	rc = wimm_mr_dereg(&ep->window_mr);
+	if (rc == 0)
+		rc = wimm_mr_dereg(&ep->source_mr);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: deregister memory", ep->role);
+	rc = wimm_ctx_close(&ep->ctx);
+	if (rc < 0)
+		cli_fail(NULL, rc, "%s: close the context", ep->role);
+	free(ep->window);
+	free(ep->source);
+	ep->window = NULL;
+	ep->source = NULL;
+}
+
+static _Noreturn void fail_event(const struct endpoint *ep, const struct wimm_event *ev)
+{
+	int status = ev->status != 0 ? ev->status : WIMM_E_PROVIDER;
+	fprintf(stderr, "wimm: %s: %s #%llu failed: %s (%s)", ep->role, wimm_op_name(ev->op),
+		(unsigned long long)ev->op_seq, wimm_strerror(status), wimm_err_name(status));
+	if (ev->prov_err != 0)
+		fprintf(stderr, "; provider code %d", ev->prov_err);
+	fputc('\n', stderr);
+	end_process();
+}
+
+/* Take what the context has (without waiting unless `wait`) into the
+ * backlog. Returns the number of events the library returned. */
+static int fetch_events(struct endpoint *ep, int wait)
+{
+	if (ep->backlog_count == 0) {
+		ep->backlog_head = 0;
+	} else if (ep->backlog_head > 0 && ep->backlog_head + ep->backlog_count == EP_BACKLOG) {
+		memmove(ep->backlog, ep->backlog + ep->backlog_head,
+			(size_t)ep->backlog_count * sizeof(ep->backlog[0]));
+		ep->backlog_head = 0;
+	}
+	int tail = ep->backlog_head + ep->backlog_count;
+	int space = EP_BACKLOG - tail;
+	if (space == 0) {
+		/* Full of unconsumed events: still move the fabric along. */
+		int rc = wimm_progress(ep->ctx);
+		if (rc < 0)
+			cli_fail(ep->ctx, rc, "%s: drive progress", ep->role);
+		return 0;
+	}
+	struct wimm_event *dst = &ep->backlog[tail];
+	int n;
+	if (wait && ep->opts->wait_mode != WIMM_WAIT_SPIN)
+		n = wimm_wait(ep->ctx, dst, space, ep->opts->wait_mode, ep->opts->timeout_ms);
+	else
+		n = wimm_poll(ep->ctx, dst, space);
+	if (n < 0)
+		cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
+
+	int kept = 0;
+	for (int i = 0; i < n; i++) {
+		switch (dst[i].type) {
+		case WIMM_EV_ERROR:
+			fail_event(ep, &dst[i]);
+		case WIMM_EV_DISCONNECT:
+			ep->peer_gone = 1;
+			ep->peer_gone_status = dst[i].status;
+			break;
+		case WIMM_EV_CONNECT:
+			/* One client per run; later requests are ignored. */
+			break;
+		case WIMM_EV_WRITE_IMM:
+		case WIMM_EV_SEND_IMM:
+		case WIMM_EV_SEND_DONE:
+			if (!ep->peer_gone)
+				dst[kept++] = dst[i];
+			break;
+		}
+	}
+	ep->backlog_count += kept;
+	return n;
+}
+
+/* Watchdog: `*silent_since` is the first time an empty streak was seen. */
+static void check_silence(const struct endpoint *ep, uint64_t *silent_since, const char *waiting)
+{
+	if (ep->opts->timeout_ms < 0)
+		return;
+	uint64_t now = cli_now_ns();
+	if (*silent_since == 0)
+		*silent_since = now;
+	else if (now - *silent_since > (uint64_t)ep->opts->timeout_ms * 1000000u)
+		cli_die("%s: no progress for %d s while waiting for %s (is the peer running with"
+			" the same flags?)",
+			ep->role, ep->opts->timeout_ms / 1000, waiting);
+}
+
+static _Noreturn void fail_peer_gone(const struct endpoint *ep, const char *waiting)
+{
+	int status = ep->peer_gone_status != 0 ? ep->peer_gone_status : WIMM_E_DISCONNECTED;
+	cli_fail(ep->ctx, status, "%s: the peer left while we waited for %s", ep->role, waiting);
+}
+
+/* Wait until the backlog holds an event; returns 0 if instead the peer left
+ * and that is allowed. */
+static int fill_backlog(struct endpoint *ep, const char *waiting)
+{
+	uint64_t silent_since = 0;
+	unsigned empty_polls = 0;
+	while (ep->backlog_count == 0) {
+		if (ep->peer_gone) {
+			if (ep->allow_disconnect)
+				return 0;
+			fail_peer_gone(ep, waiting);
+		}
+		int n = fetch_events(ep, 1);
+		if (n > 0) {
+			silent_since = 0;
+		} else if (ep->opts->wait_mode != WIMM_WAIT_SPIN) {
+			/* wimm_wait returned 0: its timeout elapsed. */
+			cli_die("%s: no event for %d s while waiting for %s", ep->role,
+				ep->opts->timeout_ms / 1000, waiting);
+		} else if (++empty_polls % SPINS_PER_CLOCK_CHECK == 0) {
+			check_silence(ep, &silent_since, waiting);
+		}
+	}
+	return 1;
+}
+
+static void pop_event(struct endpoint *ep, struct wimm_event *out)
+{
+	*out = ep->backlog[ep->backlog_head++];
+	ep->backlog_count--;
+}
+
+void ep_next_event(struct endpoint *ep, struct wimm_event *out)
+{
+	fill_backlog(ep, "a message");
+	pop_event(ep, out);
+}
+
+void ep_wait_send_done(struct endpoint *ep)
+{
+	ep->allow_disconnect = 1;
+	while (fill_backlog(ep, "the last completion")) {
+		struct wimm_event ev;
+		pop_event(ep, &ev);
+		if (ev.type == WIMM_EV_SEND_DONE)
+			return;
+		cli_die("%s: unexpected event %d (imm %u, %u bytes) after the last message",
+			ep->role, (int)ev.type, ev.imm, ev.len);
+	}
+}
+
+static int post_once(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off,
+		     size_t len, uint32_t imm, unsigned flags)
+{
+	switch (op) {
+	case WIMM_OP_WRITE_IMM:
+		return wimm_write_imm(ep->conn, ep->source_mr, src_off, dst_off, len, imm, flags);
+	case WIMM_OP_WRITE:
+		return wimm_write(ep->conn, ep->source_mr, src_off, dst_off, len, flags);
+	case WIMM_OP_SEND_IMM:
+		return wimm_send_imm(ep->conn, ep->source_mr, src_off, len, imm, flags);
+	case WIMM_OP_READ:
+		break;
+	}
+	return WIMM_E_INVAL;
+}
+
+void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
+	     uint32_t imm, unsigned flags)
+{
+	uint64_t silent_since = 0;
+	unsigned refused = 0;
+	for (;;) {
+		int rc = post_once(ep, op, src_off, dst_off, len, imm, flags);
+		if (rc == 0)
+			return;
+		if (rc != WIMM_E_AGAIN)
+			cli_fail(ep->ctx, rc, "%s: post %s of %zu bytes", ep->role,
+				 wimm_op_name(op), len);
+		/* No credit or a full send queue: polling lets the library
+		 * reap completions and read returned credits. The events
+		 * go to the backlog for later. */
+		if (fetch_events(ep, 0) > 0)
+			silent_since = 0;
+		if (ep->peer_gone)
+			fail_peer_gone(ep, "credits");
+		if (++refused % SPINS_PER_CLOCK_CHECK == 0)
+			check_silence(ep, &silent_since, "credits");
+	}
+}
+
+void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want)
+{
+	/* The fabric writes this byte behind the compiler's back. */
+	const volatile unsigned char *flag = ep->window + off;
+	uint64_t silent_since = 0;
+	unsigned spins = 0;
+	while (*flag != want) {
+		/* libfabric's tcp provider moves bytes only inside calls. */
+		int rc = wimm_progress(ep->ctx);
+		if (rc < 0)
+			cli_fail(ep->ctx, rc, "%s: drive progress", ep->role);
+		if (++spins % SPINS_PER_CLOCK_CHECK == 0) {
+			/* Now and then look for errors and a departed peer. */
+			fetch_events(ep, 0);
+			if (*flag == want)
+				break;
+			if (ep->peer_gone)
+				fail_peer_gone(ep, "the flag byte");
+			check_silence(ep, &silent_since, "the flag byte");
+		}
+	}
+	/* Reads of the payload must not be served from before the flag. */
+	atomic_thread_fence(memory_order_acquire);
+}
