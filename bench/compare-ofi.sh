@@ -16,6 +16,7 @@
 # Prints a markdown table and writes it to bench/results/ofi-<date>.md.
 # Environment: REPEATS (5), ITERS (20000), RATE_ITERS (100000).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BUILD=${1:-build}

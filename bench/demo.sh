@@ -7,6 +7,7 @@
 # (server and client in one process, a context each).
 # Exits non-zero if any run fails.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BUILD=${1:-build}
@@ -28,6 +29,7 @@ for op in $STRATEGIES; do
     done
 done
 
+# shellcheck disable=SC2086 # one argument per strategy
 python3 - "$work" $STRATEGIES <<'EOF'
 import json, sys
 work, ops = sys.argv[1], sys.argv[2:]

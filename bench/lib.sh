@@ -1,7 +1,8 @@
+# shellcheck shell=bash
 # Shared helpers of the bench/ scripts (sourced, not run).
 
+# shellcheck disable=SC2034 # used by the scripts that source this file
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-PROJECT_DIR=$(cd "$BENCH_DIR/.." && pwd -P)
 
 say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -38,4 +39,6 @@ wait_for_line() {
     return 1
 }
 
+# The four notification strategies, in the order the tables show them.
+# shellcheck disable=SC2034 # used by the scripts that source this file
 STRATEGIES="write_imm write_send send_imm write_poll"

@@ -5,25 +5,39 @@
 # wimm on verbs:rxe0 against Debian perftest on the same device, in one run.
 #   latency  wimm pingpong, four strategies, 8 and 1200 bytes
 #            ib_send_lat and ib_write_lat, 8 and 1200 bytes
-#   rate     wimm rate -o write_imm -s 64  vs  ib_write_bw -s 64
+#   rate     wimm rate -o write_imm -s 64  vs  ib_write_bw -s 64 (and, for
+#            context, wimm rate -o write_poll and ib_send_bw)
+# REPEATS rounds alternate the tools; the tables show medians over the rounds.
 # Server and client are two processes on 192.0.2.1 (rxe's internal loopback).
 # Ratios: write_imm vs ib_send_lat (both wait for a receive completion),
 # write_poll vs ib_write_lat (both poll memory), rate vs ib_write_bw.
 # Prints a markdown table and writes it to bench/results/softroce-<date>.md.
-# Environment: ITERS (2000), RATE_ITERS (20000), DEVICE (rxe0), ADDR (192.0.2.1).
+# Environment: ITERS (2000), RATE_ITERS (20000), REPEATS (3), DEVICE (rxe0),
+# ADDR (192.0.2.1).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BUILD=${1:-build}
 WIMM=$(find_wimm "$BUILD")
 ITERS=${ITERS:-2000}
 RATE_ITERS=${RATE_ITERS:-20000}
+REPEATS=${REPEATS:-3}
 DEVICE=${DEVICE:-rxe0}
 ADDR=${ADDR:-192.0.2.1}
 FABRIC=verbs:$DEVICE
-for tool in ib_write_lat ib_send_lat ib_write_bw; do
+for tool in ib_write_lat ib_send_lat ib_write_bw ib_send_bw; do
     command -v "$tool" >/dev/null || die "$tool not found (Debian package perftest)"
 done
+
+clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null \
+    || echo unknown)
+if [ "$clocksource" != tsc ]; then
+    # perftest reads the TSC; wimm and the library call clock_gettime, a
+    # system call (about 1 us in a TCG guest) when the clocksource is not tsc.
+    say "note: guest clocksource is $clocksource, not tsc; for fairer timing run with" \
+        "WIMM_SOFTROCE_KERNEL_ARGS='clocksource=tsc tsc=reliable'"
+fi
 
 work=$(mktemp -d)
 server_pid=
@@ -76,46 +90,52 @@ run_perftest_lat() {
     local tool=$1 size=$2
     perftest_pair "$tool" "$size" "$ITERS"
     awk -v tool="$tool" -v size="$size" -v iters="$ITERS" \
-        '$1 == size && $2 == iters && NF >= 6 {
+        '$1 == size && $2 == iters && NF >= 6 && $5 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/ {
             printf "{\"kind\": \"lat\", \"tool\": \"%s\", \"size\": %s, \"typical_us\": %s, \"avg_us\": %s}\n", tool, size, $5, $6
             found = 1; exit }
          END { exit !found }' "$work/perftest.out" >>"$results" \
         || { cat "$work/perftest.out" >&2; die "cannot parse $tool output"; }
 }
 
-# ib_write_bw columns: #bytes #iterations BW_peak BW_average MsgRate[Mpps]
+# ib_*_bw columns: #bytes #iterations BW_peak BW_average MsgRate[Mpps]
 run_perftest_bw() {
-    local size=$1
-    perftest_pair ib_write_bw "$size" "$RATE_ITERS"
-    awk -v size="$size" \
-        '$1 == size && NF >= 5 {
-            printf "{\"kind\": \"bw\", \"tool\": \"ib_write_bw\", \"size\": %s, \"mpps\": %s}\n", size, $5
+    local tool=$1 size=$2
+    perftest_pair "$tool" "$size" "$RATE_ITERS"
+    awk -v tool="$tool" -v size="$size" \
+        '$1 == size && NF >= 5 && $5 ~ /^[0-9.]+$/ {
+            printf "{\"kind\": \"bw\", \"tool\": \"%s\", \"size\": %s, \"mpps\": %s}\n", tool, size, $5
             found = 1; exit }
          END { exit !found }' "$work/perftest.out" >>"$results" \
-        || { cat "$work/perftest.out" >&2; die "cannot parse ib_write_bw output"; }
+        || { cat "$work/perftest.out" >&2; die "cannot parse $tool output"; }
 }
 
-for size in 8 1200; do
-    for op in $STRATEGIES; do
-        say "wimm pingpong $op $size B"
-        wimm_pair pingpong "$op" "$size" "$ITERS"
+for round in $(seq "$REPEATS"); do
+    for size in 8 1200; do
+        for op in $STRATEGIES; do
+            say "round $round/$REPEATS: wimm pingpong $op $size B"
+            wimm_pair pingpong "$op" "$size" "$ITERS"
+        done
+        for tool in ib_send_lat ib_write_lat; do
+            say "round $round/$REPEATS: $tool $size B"
+            run_perftest_lat "$tool" "$size"
+        done
     done
-    for tool in ib_send_lat ib_write_lat; do
-        say "$tool $size B"
-        run_perftest_lat "$tool" "$size"
+    for op in write_imm write_poll; do
+        say "round $round/$REPEATS: wimm rate $op 64 B"
+        wimm_pair rate "$op" 64 "$RATE_ITERS"
+    done
+    for tool in ib_write_bw ib_send_bw; do
+        say "round $round/$REPEATS: $tool 64 B"
+        run_perftest_bw "$tool" 64
     done
 done
-say "wimm rate write_imm 64 B"
-wimm_pair rate write_imm 64 "$RATE_ITERS"
-say "ib_write_bw 64 B"
-run_perftest_bw 64
 
 mkdir -p "$BENCH_DIR/results"
 report=$BENCH_DIR/results/softroce-$(date -u +%Y-%m-%d).md
 # The raw measurements go next to the table, for a second look.
 cp "$results" "$BENCH_DIR/results/softroce-$(date -u +%Y-%m-%d).jsonl"
 python3 "$BENCH_DIR/tables.py" softroce "$results" --iters "$ITERS" --rate-iters "$RATE_ITERS" \
-    >"$work/report.md"
+    --repeats "$REPEATS" --clocksource "$clocksource" >"$work/report.md"
 cp "$work/report.md" "$report"
 cat "$report"
 say "written to $report"

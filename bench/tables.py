@@ -64,7 +64,8 @@ def ofi_report(args):
           "fi_pingpong and `wimm pingpong --self -o write_imm`; each figure is the median of the "
           "runs' figures. One-way latency in µs. fi_pingpong's usec/xfer is total time / "
           "(2 × iterations), an average: `wimm avg / fi` is the like-for-like ratio, "
-          "`wimm median / fi` is shown too. fi_pingpong uses send/recv (`-e msg` for tcp, "
+          "`wimm median / fi` is shown too; `best` columns compare the least disturbed run of "
+          "each tool. fi_pingpong uses send/recv (`-e msg` for tcp, "
           "`-e rdm` for shm); wimm uses write-with-imm.\n")
     lat_rows = []
     details = []
@@ -77,18 +78,24 @@ def ofi_report(args):
         fi_med = statistics.median(fi)
         w_med = statistics.median(r["median_us"] for r in wm)
         w_avg = statistics.median(r["avg_us"] for r in wm)
-        w_p99 = statistics.median(r["p99_us"] for r in wm)
+        # Best of the runs: on a shared machine the least disturbed run of
+        # each tool is the closest to what the fabric can do.
+        fi_best = min(fi)
+        w_best = min(r["avg_us"] for r in wm)
         target = targets[fabric]
         met = "yes" if w_avg / fi_med <= target else "no"
-        lat_rows.append((fabric, num(fi_med), num(w_med), num(w_avg), num(w_p99),
-                         ratio(w_med, fi_med), ratio(w_avg, fi_med), f"≤ {target:.2f}x", met))
+        met_best = "yes" if w_best / fi_best <= target else "no"
+        lat_rows.append((fabric, num(fi_med), num(w_med), num(w_avg), ratio(w_med, fi_med),
+                         ratio(w_avg, fi_med), num(fi_best), num(w_best),
+                         ratio(w_best, fi_best), f"≤ {target:.2f}x", f"{met} / {met_best}"))
         runs = ", ".join(f"{a:.2f}/{r['median_us']:.2f}/{r['avg_us']:.2f}"
                          for a, r in zip(fi, wm))
         details.append(f"- {fabric} per run (fi usec/xfer / wimm median / wimm avg): "
                        f"{runs}")
-    print(table(("fabric", "fi_pingpong µs", "wimm median µs", "wimm avg µs", "wimm p99 µs",
-                 "wimm median / fi", "wimm avg / fi", "target", "met (avg)"),
-                lat_rows, "lrrrrrrrl"))
+    print(table(("fabric", "fi_pingpong µs", "wimm median µs", "wimm avg µs",
+                 "wimm median / fi", "wimm avg / fi", "best fi µs", "best wimm avg µs",
+                 "best / best", "target", "met (avg / best)"),
+                lat_rows, "lrrrrrrrrrl"))
     print()
     print("\n".join(details))
     print()
@@ -116,58 +123,62 @@ def softroce_report(args):
     rows = load(args.results)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
-    def ref(tool, size):
-        for r in rows:
-            if r.get("tool") == tool and r.get("size") == size:
-                return r
-        return None
+    def ref(tool, size, key):
+        """Median over the rounds of one perftest figure, or None."""
+        values = [r[key] for r in rows if r.get("tool") == tool and r.get("size") == size]
+        return statistics.median(values) if values else None
 
-    def wimm(mode, op, size):
-        for r in rows:
-            if is_wimm(r, mode) and r["op"] == op and r["size"] == size:
-                return r
-        return None
+    def wimm(mode, op, size, key):
+        values = [r[key] for r in rows if is_wimm(r, mode) and r["op"] == op
+                  and r["size"] == size and r[key] is not None]
+        return statistics.median(values) if values else None
 
     print(f"## wimm vs perftest on Soft-RoCE (verbs:rxe0 in a QEMU TCG guest, {now})\n")
-    print(f"Server and client are two processes on 192.0.2.1 (rxe loopback), {args.iters} "
-          "iterations. One-way latency in µs: perftest's t_typical (its median) and wimm's "
-          "median; both tools halve the round trip. The guest is slow and noisy: compare only "
-          "within this run.\n")
+    print(f"Server and client are two processes on 192.0.2.1 (rxe loopback); {args.iters} "
+          f"iterations per latency run, {args.rate_iters} messages per rate run; "
+          f"{args.repeats} rounds alternating the tools, each figure the median over the "
+          "rounds. One-way latency in µs: perftest's t_typical (its median) and wimm's median; "
+          "both halve the round trip. perftest times with the TSC, wimm with "
+          f"clock_gettime (guest clocksource: {args.clocksource}). The guest is slow and "
+          "noisy: compare only within this run.\n")
     lat_rows = []
     for size in (8, 1200):
         for op in STRATEGIES:
-            w = wimm("pingpong", op, size)
-            lat_rows.append((size, op, num(w and w["median_us"]), num(w and w["avg_us"]),
-                             num(w and w["p99_us"])))
+            lat_rows.append((size, op, num(wimm("pingpong", op, size, "median_us")),
+                             num(wimm("pingpong", op, size, "avg_us")),
+                             num(wimm("pingpong", op, size, "p99_us"))))
     print(table(("bytes", "wimm strategy", "median µs", "avg µs", "p99 µs"), lat_rows,
                 "rlrrr"))
     print()
     ref_rows = []
     for size in (8, 1200):
         for tool in ("ib_send_lat", "ib_write_lat"):
-            r = ref(tool, size)
-            ref_rows.append((size, tool, num(r and r["typical_us"]), num(r and r["avg_us"])))
+            ref_rows.append((size, tool, num(ref(tool, size, "typical_us")),
+                             num(ref(tool, size, "avg_us"))))
     print(table(("bytes", "perftest", "t_typical µs", "t_avg µs"), ref_rows, "rlrr"))
     print()
 
     goals = []
     for size in (8, 1200):
-        for op, tool, goal in (("write_imm", "ib_send_lat", "≤ 1.10x"),
-                               ("write_poll", "ib_write_lat", "≤ 1.10x")):
-            w, r = wimm("pingpong", op, size), ref(tool, size)
-            value = w["median_us"] / r["typical_us"] if w and r else None
-            met = "n/a" if value is None else ("yes" if value <= 1.10 else "no")
-            goals.append((f"{op} vs {tool}, {size} B (median / t_typical)",
-                          num(w and w["median_us"]), num(r and r["typical_us"]),
-                          ratio(w and w["median_us"], r and r["typical_us"]), goal, met))
-    w, r = wimm("rate", "write_imm", 64), ref("ib_write_bw", 64)
-    value = w["msg_rate"] / 1e6 / r["mpps"] if w and r else None
-    met = "n/a" if value is None else ("yes" if value >= 0.9 else "no")
-    goals.append((f"wimm rate write_imm vs ib_write_bw, 64 B (Mmsg/s, {args.rate_iters} msgs)",
-                  num(w and w["msg_rate"] / 1e6, 4), num(r and r["mpps"], 4),
-                  ratio(w and w["msg_rate"] / 1e6, r and r["mpps"]), "≥ 0.90x", met))
+        for op, tool in (("write_imm", "ib_send_lat"), ("write_poll", "ib_write_lat")):
+            w, r = wimm("pingpong", op, size, "median_us"), ref(tool, size, "typical_us")
+            met = "n/a" if w is None or r is None else ("yes" if w / r <= 1.10 else "no")
+            goals.append((f"{op} vs {tool}, {size} B (median / t_typical)", num(w), num(r),
+                          ratio(w, r), "≤ 1.10x", met))
+    rates = (("write_imm", "ib_write_bw", "≥ 0.90x"), ("write_poll", "ib_write_bw", "(context)"),
+             ("write_imm", "ib_send_bw", "(context)"))
+    for op, tool, goal in rates:
+        w, r = wimm("rate", op, 64, "msg_rate"), ref(tool, 64, "mpps")
+        w = w / 1e6 if w is not None else None
+        met = "" if goal.startswith("(") else (
+            "n/a" if w is None or r is None else ("yes" if w / r >= 0.9 else "no"))
+        goals.append((f"rate {op} vs {tool}, 64 B (Mmsg/s)", num(w, 4), num(r, 4), ratio(w, r),
+                      goal, met))
     print(table(("comparison", "wimm", "perftest", "ratio", "goal", "met"), goals,
                 "lrrrll"))
+    print("\nib_write_bw needs no work from the receiver's CPU; a write_imm stream does (each "
+          "doorbell is a completion the receiver polls and a receive it re-posts), so "
+          "write_poll vs ib_write_bw and write_imm vs ib_send_bw are shown for context.")
 
 
 def main():
@@ -180,6 +191,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=0)
     parser.add_argument("--iters", type=int, default=0)
     parser.add_argument("--rate-iters", type=int, default=0)
+    parser.add_argument("--clocksource", default="unknown")
     args = parser.parse_args()
     if args.which == "ofi":
         ofi_report(args)

@@ -214,8 +214,8 @@ enum wimm_op_flags {
 	 * operation is unsignaled: errors are still reported (WIMM_EV_ERROR),
 	 * success is silent. */
 	WIMM_F_SIGNAL = 1u << 0,
-	/* Out of credits: wait (driving progress) instead of returning
-	 * WIMM_E_AGAIN. Fails with DISCONNECTED if the peer goes away. While
+	/* Out of credits or send slots: wait (driving progress) instead of
+	 * returning WIMM_E_AGAIN. Fails with DISCONNECTED if the peer goes away. While
 	 * waiting it hands back the receive slots of doorbells this
 	 * connection already returned from poll/wait (their SEND_IMM data
 	 * pointers become invalid, as at the next poll), so two peers sending

@@ -46,7 +46,8 @@ struct bench_opts {
 	int json;
 	enum wimm_wait_mode wait_mode;
 	uint32_t depth;
-	int timeout_ms;	  /* longest silence from the peer; -1: wait forever */
+	int timeout_ms; /* longest silence from the peer; -1: wait forever */
+	int timeout_given;
 	const char *host; /* NULL: server */
 };
 

@@ -122,10 +122,10 @@ static uint32_t sq_depth_for(const struct bench_opts *opts, uint32_t max_depth)
 static struct wimm_conn_attr conn_attr(const struct endpoint *ep)
 {
 	return (struct wimm_conn_attr){
-	    .window = ep->window_mr,
-	    .rx_depth = ep->opts->depth,
-	    .recv_size = recv_size_for(ep->opts),
-	    .sq_depth = ep->sq_depth,
+		.window = ep->window_mr,
+		.rx_depth = ep->opts->depth,
+		.recv_size = recv_size_for(ep->opts),
+		.sq_depth = ep->sq_depth,
 	};
 }
 
@@ -139,7 +139,7 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	 * some slack for the library's own credit writes. */
 	uint32_t budget = 3 * opts->depth + 256;
 	struct wimm_ctx_attr attr = {
-	    .cq_budget = budget > 4096 ? budget : 0,
+		.cq_budget = budget > 4096 ? budget : 0,
 	};
 	int rc = wimm_ctx_open(opts->fabric, &attr, &ep->ctx);
 	if (rc < 0)
@@ -211,9 +211,13 @@ static void check_peer(const struct endpoint *ep)
 
 void ep_accept(struct endpoint *ep)
 {
+	/* A server started on its own waits for its client as long as it
+	 * takes, like perftest's, unless told otherwise. */
+	const struct bench_opts *opts = ep->opts;
+	int timeout_ms = opts->self || opts->timeout_given ? opts->timeout_ms : -1;
 	int rc;
 	for (;;) {
-		rc = wimm_accept(ep->listener, ep->opts->timeout_ms, &ep->conn);
+		rc = wimm_accept(ep->listener, timeout_ms, &ep->conn);
 		if (rc == 0)
 			break;
 		/* A malformed request is rejected and the listener stays

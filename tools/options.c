@@ -12,10 +12,10 @@
 #define CLI_MAX_DEPTH 65536u
 
 static const char *const op_names[] = {
-    [OP_WRITE_IMM] = "write_imm",
-    [OP_WRITE_SEND] = "write_send",
-    [OP_SEND_IMM] = "send_imm",
-    [OP_WRITE_POLL] = "write_poll",
+	[OP_WRITE_IMM] = "write_imm",
+	[OP_WRITE_SEND] = "write_send",
+	[OP_SEND_IMM] = "send_imm",
+	[OP_WRITE_POLL] = "write_poll",
 };
 
 const char *bench_op_name(enum bench_op op)
@@ -55,8 +55,8 @@ void cli_usage(FILE *f)
 	      "  --wait MODE   spin | block | adaptive (default spin)\n"
 	      "  --self        both ends in this process, two threads with a context each,\n"
 	      "                over HOST if given, else 127.0.0.1\n"
-	      "  --timeout SEC give up when the peer stays silent this long"
-	      " (default 30, 0: never)\n"
+	      "  --timeout SEC give up when the peer stays silent this long (default 30,\n"
+	      "                0: never); a server without it waits for its client forever\n"
 	      "  --json        one JSON object on stdout\n"
 	      "  -h, --help    this text\n"
 	      "\n"
@@ -147,25 +147,25 @@ enum long_only_flag {
 void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out)
 {
 	static const struct option long_options[] = {
-	    {"json", no_argument, NULL, FLAG_JSON},
-	    {"self", no_argument, NULL, FLAG_SELF},
-	    {"wait", required_argument, NULL, FLAG_WAIT},
-	    {"timeout", required_argument, NULL, FLAG_TIMEOUT},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+		{"json", no_argument, NULL, FLAG_JSON},
+		{"self", no_argument, NULL, FLAG_SELF},
+		{"wait", required_argument, NULL, FLAG_WAIT},
+		{"timeout", required_argument, NULL, FLAG_TIMEOUT},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	int warmup_given = 0;
 	unsigned long long timeout_s = CLI_DEFAULT_TIMEOUT_S;
 
 	*out = (struct bench_opts){
-	    .mode = mode,
-	    .fabric = "auto",
-	    .op = OP_WRITE_IMM,
-	    .size = 8,
-	    .iters = mode == BENCH_PINGPONG ? 10000 : 100000,
-	    .port = CLI_DEFAULT_PORT,
-	    .wait_mode = WIMM_WAIT_SPIN,
-	    .depth = CLI_DEFAULT_DEPTH,
+		.mode = mode,
+		.fabric = "auto",
+		.op = OP_WRITE_IMM,
+		.size = 8,
+		.iters = mode == BENCH_PINGPONG ? 10000 : 100000,
+		.port = CLI_DEFAULT_PORT,
+		.wait_mode = WIMM_WAIT_SPIN,
+		.depth = CLI_DEFAULT_DEPTH,
 	};
 	optind = 1;
 	opterr = 0; /* our own message, then the usage */
@@ -216,6 +216,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 			break;
 		case FLAG_TIMEOUT:
 			timeout_s = parse_count("--timeout", optarg, 0, INT_MAX / 1000);
+			out->timeout_given = 1;
 			break;
 		case ':':
 			usage_error("%s needs a value", argv[optind - 1]);

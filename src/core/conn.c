@@ -362,42 +362,49 @@ static int check_remote(const struct wimm_conn *c, size_t off, size_t len, unsig
 	return 0;
 }
 
-/* Wait for a credit while driving progress; WIMM_F_WAIT. Credits come back
- * as a plain RDMA write, which raises no completion and so no wake-up on any
- * fabric: the wait polls, spinning first, then napping in growing steps up
- * to 1 ms so a stalled receiver does not cost a whole core. */
-static int wait_for_credit(struct wimm_conn *c)
-{
-	int64_t spin_ns = (int64_t)wimm_ctx_spin_us(c->ctx) * 1000;
-	struct timespec t0, t, nap = {0, 0};
+/* WIMM_F_WAIT: the pause between two tries of a credit or a send slot.
+ * Credits come back as a plain RDMA write, which raises no completion and so
+ * no wake-up on any fabric, and send slots come back with completions the
+ * application may never ask for: so the wait drives progress itself,
+ * spinning first, then napping in growing steps up to 1 ms so a stalled
+ * receiver does not cost a whole core. */
+struct backoff {
+	struct timespec start;
+	long nap_ns;
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int ret = wimm_ctx_progress_into_backlog(c->ctx);
-		if (ret)
-			return ret;
-		if (!c->connected || c->down_reported)
-			return WIMM_E_DISCONNECTED;
-		if (wimm_credit_tx_available(&c->tx, peer_released(c)) > 0)
-			return 0;
-		/* Slots of events the application already saw go back too,
-		 * or two peers waiting on each other would never move. */
-		ret = wimm_conn_release(c);
-		if (ret)
-			return ret;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		int64_t waited = (t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec);
-		if (waited < spin_ns)
-			continue;
-		nap.tv_nsec = nap.tv_nsec ? nap.tv_nsec * 2 : 10000;
-		if (nap.tv_nsec > 1000000)
-			nap.tv_nsec = 1000000;
-		nanosleep(&nap, NULL);
-	}
+static int wait_step(struct wimm_conn *c, struct backoff *b)
+{
+	struct timespec t;
+
+	int ret = wimm_ctx_progress_into_backlog(c->ctx);
+	if (ret)
+		return ret;
+	if (!c->connected || c->down_reported)
+		return WIMM_E_DISCONNECTED;
+	/* Slots of events the application already saw go back too, or two
+	 * peers waiting on each other would never move. */
+	ret = wimm_conn_release(c);
+	if (ret)
+		return ret;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	if (b->start.tv_sec == 0 && b->start.tv_nsec == 0)
+		b->start = t;
+	int64_t waited = (t.tv_sec - b->start.tv_sec) * 1000000000LL + (t.tv_nsec - b->start.tv_nsec);
+	if (waited < (int64_t)wimm_ctx_spin_us(c->ctx) * 1000)
+		return 0;
+	b->nap_ns = b->nap_ns ? b->nap_ns * 2 : 10000;
+	if (b->nap_ns > 1000000)
+		b->nap_ns = 1000000;
+	struct timespec nap = {0, b->nap_ns};
+	nanosleep(&nap, NULL);
+	return 0;
 }
 
 static int take_credit(struct wimm_conn *c, unsigned flags)
 {
+	struct backoff b = {{0, 0}, 0};
+
 	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
 		return 0;
 	/* The credit word may be waiting for progress (manual-progress
@@ -405,18 +412,19 @@ static int take_credit(struct wimm_conn *c, unsigned flags)
 	int ret = wimm_ctx_progress_into_backlog(c->ctx);
 	if (ret)
 		return ret;
-	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
-		return 0;
-	if (!(flags & WIMM_F_WAIT))
-		return WIMM_E_AGAIN;
-	ret = wait_for_credit(c);
-	if (ret)
-		return ret;
-	return wimm_credit_tx_take(&c->tx, peer_released(c));
+	while (wimm_credit_tx_take(&c->tx, peer_released(c)) != 0) {
+		if (!(flags & WIMM_F_WAIT))
+			return WIMM_E_AGAIN;
+		ret = wait_step(c, &b);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
 {
+	struct backoff b = {{0, 0}, 0};
 	int ret;
 
 	if (doorbell) {
@@ -425,7 +433,12 @@ static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned 
 			return ret;
 	}
 	wr->op_seq = c->op_seq;
-	ret = ops_of(c)->post(c->bconn, wr);
+	/* A full send queue is AGAIN too; with WIMM_F_WAIT, wait it out. */
+	while ((ret = ops_of(c)->post(c->bconn, wr)) == WIMM_E_AGAIN && (flags & WIMM_F_WAIT)) {
+		ret = wait_step(c, &b);
+		if (ret)
+			break;
+	}
 	if (ret) {
 		if (doorbell)
 			c->tx.sent--; /* nothing went out: the credit is still ours */

@@ -48,7 +48,7 @@ static size_t verbs_hs_trim(const uint8_t *p, size_t len)
 static int verbs_resolve(struct verbs_ctx *vc, const char *host, const char *port, int passive,
 			 struct addrinfo **res)
 {
-	struct addrinfo hints = { 0 };
+	struct addrinfo hints = {0};
 	int rc;
 
 	hints.ai_family = AF_UNSPEC;
@@ -72,7 +72,7 @@ static int64_t verbs_deadline(int timeout_ms)
 static int verbs_cm_wait(struct verbs_conn *c, int64_t deadline)
 {
 	struct verbs_ctx *vc = c->vc;
-	struct pollfd pfd = { .fd = vc->cm_ch->fd, .events = POLLIN };
+	struct pollfd pfd = {.fd = vc->cm_ch->fd, .events = POLLIN};
 	int64_t left;
 
 	for (;;) {
@@ -199,7 +199,7 @@ int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size
 {
 	struct verbs_listener *l = blis;
 	struct verbs_ctx *vc = l->vc;
-	struct pollfd pfd = { .fd = l->ch->fd, .events = POLLIN };
+	struct pollfd pfd = {.fd = l->ch->fd, .events = POLLIN};
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : wimm_now_ms() + timeout_ms;
 	struct rdma_cm_event *ev;
 	struct verbs_req *r;
@@ -259,7 +259,7 @@ int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size
 void verbs_reject(void *breq, int why)
 {
 	struct verbs_req *r = breq;
-	uint32_t pd[2] = { htonl(VERBS_REJ_MAGIC), htonl((uint32_t)why) };
+	uint32_t pd[2] = {htonl(VERBS_REJ_MAGIC), htonl((uint32_t)why)};
 
 	if (!r)
 		return;
@@ -307,7 +307,7 @@ static void verbs_rx_free(struct verbs_conn *c)
 static int verbs_qp_create(struct verbs_conn *c)
 {
 	struct verbs_ctx *vc = c->vc;
-	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_qp_init_attr ia = {0};
 	struct ibv_qp_attr qa;
 	uint32_t take;
 	int rc;
@@ -384,7 +384,9 @@ int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void
 	/* at most sig_every - 1 unsignaled sends in a row: a full send queue
 	 * always holds a signaled WR whose completion frees the slots */
 	c->sig_every = c->sq_size / 2 ? c->sq_size / 2 : 1;
-	c->use_srq = vc->srq && !cfg->recv_size && vc->srq_used + cfg->rx_depth <= vc->srq_max;
+	/* an SRQ holds zero-length receives only: slots with buffers stay in
+	 * per-connection order on an RQ of their own */
+	c->use_srq = !cfg->recv_size && verbs_srq_for(vc, cfg->rx_depth);
 	rc = verbs_rx_alloc(c);
 	if (rc)
 		goto err_free_rx;
@@ -429,8 +431,8 @@ static void verbs_conn_param(struct verbs_conn *c, struct rdma_conn_param *p, co
 {
 	const struct ibv_device_attr *da = &c->vc->dattr;
 	int resp = da->max_qp_rd_atom < VERBS_MAX_RD_ATOM ? da->max_qp_rd_atom : VERBS_MAX_RD_ATOM;
-	int init = da->max_qp_init_rd_atom < VERBS_MAX_RD_ATOM ? da->max_qp_init_rd_atom :
-								 VERBS_MAX_RD_ATOM;
+	int init = da->max_qp_init_rd_atom < VERBS_MAX_RD_ATOM ? da->max_qp_init_rd_atom
+							       : VERBS_MAX_RD_ATOM;
 
 	memset(p, 0, sizeof(*p));
 	p->private_data = hs;
@@ -449,8 +451,8 @@ static void verbs_conn_param(struct verbs_conn *c, struct rdma_conn_param *p, co
 	p->rnr_retry_count = 7;
 }
 
-int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		  size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms)
+int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		  uint8_t *reply, size_t *reply_len, int timeout_ms)
 {
 	struct verbs_conn *c = bconn;
 	struct verbs_ctx *vc = c->vc;
@@ -461,8 +463,10 @@ int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t
 	int rc;
 
 	if (hs_len > WIMM_HS_FIXED_LEN)
-		return verbs_err(vc, WIMM_E_INVAL, EINVAL, "handshake of %zu bytes exceeds the"
-				 " %u-byte cm REQ private data", hs_len, WIMM_HS_FIXED_LEN);
+		return verbs_err(vc, WIMM_E_INVAL, EINVAL,
+				 "handshake of %zu bytes exceeds the"
+				 " %u-byte cm REQ private data",
+				 hs_len, WIMM_HS_FIXED_LEN);
 	rc = verbs_resolve(vc, host, port, 0, &ai);
 	if (rc)
 		return rc;
@@ -506,16 +510,20 @@ int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 	struct verbs_conn *c = bconn;
 	struct verbs_ctx *vc = c->vc;
 	struct rdma_conn_param p;
+	int rc;
 
 	if (hs_len > 196)
-		return verbs_err(vc, WIMM_E_INVAL, EINVAL, "handshake of %zu bytes exceeds the"
-				 " 196-byte cm REP private data", hs_len);
+		return verbs_err(vc, WIMM_E_INVAL, EINVAL,
+				 "handshake of %zu bytes exceeds the"
+				 " 196-byte cm REP private data",
+				 hs_len);
 	verbs_conn_param(c, &p, hs, hs_len, 1);
 	c->cm_ev = -1;
 	if (rdma_accept(c->id, &p))
 		return verbs_err(vc, WIMM_E_PROVIDER, errno, "rdma_accept: %s", strerror(errno));
-	if (verbs_cm_wait(c, verbs_deadline(timeout_ms)))
-		return WIMM_E_TIMEDOUT;
+	rc = verbs_cm_wait(c, verbs_deadline(timeout_ms));
+	if (rc)
+		return rc;
 	if (c->cm_ev != RDMA_CM_EVENT_ESTABLISHED)
 		return verbs_cm_fail(c, "accept");
 	c->established = 1;

@@ -314,7 +314,7 @@ void verbs_control(struct verbs_ctx *vc)
 /* Largest max_inline_data the device grants an RC QP, asking from 256 down. */
 uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq)
 {
-	static const uint32_t want[] = { 256, 128, 64, 32 };
+	static const uint32_t want[] = {256, 128, 64, 32};
 	struct ibv_qp_init_attr ia;
 	struct ibv_qp *qp;
 	size_t i;
@@ -338,6 +338,31 @@ uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq)
 	return 0;
 }
 
+/* The SRQ a new recv_size-0 connection of rx_depth slots should use, or
+ * NULL for an RQ of its own. Sized once for the whole budget: the sum of
+ * the windows it serves cannot exceed cq_budget. */
+struct ibv_srq *verbs_srq_for(struct verbs_ctx *vc, uint32_t rx_depth)
+{
+	struct ibv_srq_init_attr sa = {0};
+
+	if (vc->srq_mode == 0 || (vc->srq_mode < 0 && vc->tab_used < VERBS_SRQ_AUTO_CONNS))
+		return NULL;
+	if (!vc->srq) {
+		vc->srq_max = vc->cq_budget < (uint32_t)vc->dattr.max_srq_wr
+				  ? vc->cq_budget
+				  : (uint32_t)vc->dattr.max_srq_wr;
+		sa.attr.max_wr = vc->srq_max;
+		sa.attr.max_sge = 1;
+		vc->srq = ibv_create_srq(vc->pd, &sa);
+		if (!vc->srq) {
+			verbs_err(vc, WIMM_E_PROVIDER, errno, "ibv_create_srq(%u): %s", vc->srq_max,
+				  strerror(errno));
+			return NULL;
+		}
+	}
+	return vc->srq_used + rx_depth <= vc->srq_max ? vc->srq : NULL;
+}
+
 static struct ibv_context *verbs_pick_device(struct ibv_context **devs, int n, const char *spec)
 {
 	int i;
@@ -351,7 +376,7 @@ static struct ibv_context *verbs_pick_device(struct ibv_context **devs, int n, c
 
 static int verbs_epoll_add(int epfd, int fd)
 {
-	struct epoll_event ee = { .events = EPOLLIN, .data.fd = fd };
+	struct epoll_event ee = {.events = EPOLLIN, .data.fd = fd};
 
 	if (verbs_set_nonblock(fd) || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ee))
 		return -1;
@@ -376,8 +401,9 @@ static int verbs_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_bu
 
 	vc->devs = rdma_get_devices(&ndev);
 	if (!vc->devs || ndev == 0) {
-		rc = verbs_err(vc, WIMM_E_NODEV, errno, "no RDMA device usable through rdma_cm (%s)",
-			       strerror(errno ? errno : ENODEV));
+		rc =
+		    verbs_err(vc, WIMM_E_NODEV, errno, "no RDMA device usable through rdma_cm (%s)",
+			      strerror(errno ? errno : ENODEV));
 		goto err_free_devs;
 	}
 	vc->verbs = verbs_pick_device(vc->devs, ndev, spec);
@@ -439,19 +465,11 @@ static int verbs_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_bu
 	}
 	vc->max_inline = verbs_probe_inline(vc->pd, vc->cq);
 
-	if (srq_env && strcmp(srq_env, "1") == 0) {
-		struct ibv_srq_init_attr sa = { 0 };
-
-		vc->srq_max = cq_budget < (uint32_t)vc->dattr.max_srq_wr ?
-				      cq_budget : (uint32_t)vc->dattr.max_srq_wr;
-		sa.attr.max_wr = vc->srq_max;
-		sa.attr.max_sge = 1;
-		vc->srq = ibv_create_srq(vc->pd, &sa);
-		if (!vc->srq) {
-			rc = verbs_err(vc, WIMM_E_PROVIDER, errno, "ibv_create_srq(%u): %s",
-				       vc->srq_max, strerror(errno));
-			goto err_close_epoll;
-		}
+	vc->cq_budget = cq_budget;
+	vc->srq_mode = !srq_env || !srq_env[0] ? -1 : strcmp(srq_env, "0") != 0;
+	if (vc->srq_mode == 1 && !verbs_srq_for(vc, 0)) {
+		rc = WIMM_E_PROVIDER;
+		goto err_close_epoll;
 	}
 	*bctx = vc;
 	return 0;
@@ -506,8 +524,8 @@ static const char *verbs_ctx_fabric(void *bctx)
 static int verbs_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 {
 	struct verbs_ctx *vc = bctx;
-	int depth = vc->dattr.max_qp_wr < vc->dattr.max_cqe ? vc->dattr.max_qp_wr :
-								   vc->dattr.max_cqe;
+	int depth =
+	    vc->dattr.max_qp_wr < vc->dattr.max_cqe ? vc->dattr.max_qp_wr : vc->dattr.max_cqe;
 
 	out->max_msg = vc->max_msg;
 	out->inject_size = vc->max_inline;
@@ -582,29 +600,29 @@ static int verbs_arm(void *bctx)
 }
 
 const struct wimm_backend_ops wimm_verbs_ops = {
-	.scheme = "verbs",
-	.ctx_open = verbs_ctx_open,
-	.ctx_close = verbs_ctx_close,
-	.ctx_fabric = verbs_ctx_fabric,
-	.ctx_limits = verbs_ctx_limits,
-	.describe = verbs_describe,
-	.auto_probe = verbs_auto_probe,
-	.mr_reg = verbs_mr_reg,
-	.mr_dereg = verbs_mr_dereg,
-	.listen = verbs_listen,
-	.listener_close = verbs_listener_close,
-	.listener_fd = verbs_listener_fd,
-	.get_request = verbs_get_request,
-	.reject = verbs_reject,
-	.conn_new = verbs_conn_new,
-	.conn_addr = verbs_conn_addr,
-	.connect = verbs_connect,
-	.accept = verbs_accept,
-	.conn_ready = verbs_conn_ready,
-	.conn_delete = verbs_conn_delete,
-	.post = verbs_post,
-	.rx_release = verbs_rx_release,
-	.poll = verbs_poll,
-	.fd = verbs_fd,
-	.arm = verbs_arm,
+    .scheme = "verbs",
+    .ctx_open = verbs_ctx_open,
+    .ctx_close = verbs_ctx_close,
+    .ctx_fabric = verbs_ctx_fabric,
+    .ctx_limits = verbs_ctx_limits,
+    .describe = verbs_describe,
+    .auto_probe = verbs_auto_probe,
+    .mr_reg = verbs_mr_reg,
+    .mr_dereg = verbs_mr_dereg,
+    .listen = verbs_listen,
+    .listener_close = verbs_listener_close,
+    .listener_fd = verbs_listener_fd,
+    .get_request = verbs_get_request,
+    .reject = verbs_reject,
+    .conn_new = verbs_conn_new,
+    .conn_addr = verbs_conn_addr,
+    .connect = verbs_connect,
+    .accept = verbs_accept,
+    .conn_ready = verbs_conn_ready,
+    .conn_delete = verbs_conn_delete,
+    .post = verbs_post,
+    .rx_release = verbs_rx_release,
+    .poll = verbs_poll,
+    .fd = verbs_fd,
+    .arm = verbs_arm,
 };

@@ -36,8 +36,9 @@ static int verbs_mtu_bytes(enum ibv_mtu m)
 
 static const char *verbs_link_layer(uint8_t ll)
 {
-	return ll == IBV_LINK_LAYER_ETHERNET ? "Ethernet" :
-	       ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "unknown";
+	return ll == IBV_LINK_LAYER_ETHERNET	 ? "Ethernet"
+	       : ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand"
+						 : "unknown";
 }
 
 static void verbs_guid_str(__be64 guid, char *buf, size_t len)
@@ -75,7 +76,8 @@ static void verbs_describe_port(FILE *f, int json, struct ibv_context *ctx, uint
 	int gfirst = 1;
 
 	if (json)
-		fprintf(f, "%s{\"port\":%u,\"state\":\"%s\",\"active_mtu\":%d,"
+		fprintf(f,
+			"%s{\"port\":%u,\"state\":\"%s\",\"active_mtu\":%d,"
 			"\"link_layer\":\"%s\",\"max_msg_sz\":%u,\"gids\":[",
 			p > 1 ? "," : "", p, verbs_port_state(pa->state),
 			verbs_mtu_bytes(pa->active_mtu), verbs_link_layer(pa->link_layer),
@@ -93,8 +95,9 @@ static void verbs_describe_port(FILE *f, int json, struct ibv_context *ctx, uint
 		if (json)
 			fprintf(f, "%s{\"index\":%u,\"gid\":\"%s\",\"type\":\"%s\"}",
 				gfirst ? "" : ",", g[i].gid_index, txt,
-				g[i].gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCEv2" :
-				g[i].gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCEv1" : "IB");
+				g[i].gid_type == IBV_GID_TYPE_ROCE_V2	? "RoCEv2"
+				: g[i].gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCEv1"
+									: "IB");
 		else
 			fprintf(f, "      gid[%u] %s%s\n", g[i].gid_index, txt,
 				g[i].gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCEv2)" : "");
@@ -124,14 +127,16 @@ static void verbs_describe_dev(FILE *f, int json, int *first, struct ibv_device 
 	verbs_guid_str(ibv_get_device_guid(dev), guid, sizeof(guid));
 	inl = verbs_dev_inline(ctx);
 	if (json) {
-		fprintf(f, "%s{\"fabric\":\"verbs:%s\",\"device\":\"%s\",\"node_guid\":\"%s\","
+		fprintf(f,
+			"%s{\"fabric\":\"verbs:%s\",\"device\":\"%s\",\"node_guid\":\"%s\","
 			"\"max_qp_wr\":%d,\"max_cqe\":%d,\"max_srq_wr\":%d,\"max_sge\":%d,"
 			"\"max_inline\":%u,\"ports\":[",
 			*first ? "" : ",", name, name, guid, da.max_qp_wr, da.max_cqe,
 			da.max_srq_wr, da.max_sge, inl);
 		*first = 0;
 	} else {
-		fprintf(f, "verbs:%s  node_guid %s\n    max_qp_wr %d, max_cqe %d, max_srq_wr %d,"
+		fprintf(f,
+			"verbs:%s  node_guid %s\n    max_qp_wr %d, max_cqe %d, max_srq_wr %d,"
 			" max_sge %d, max_inline %u (probed)\n",
 			name, guid, da.max_qp_wr, da.max_cqe, da.max_srq_wr, da.max_sge, inl);
 	}
@@ -180,7 +185,8 @@ int verbs_auto_probe(char *spec, size_t spec_len)
 			continue;
 		for (p = 1; p <= da.phys_port_cnt && !found; p++) {
 			if (ibv_query_port(devs[i], p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
-				snprintf(spec, spec_len, "%s", ibv_get_device_name(devs[i]->device));
+				snprintf(spec, spec_len, "%s",
+					 ibv_get_device_name(devs[i]->device));
 				found = 1;
 			}
 		}

@@ -2,8 +2,11 @@
  * control channels), verbs_conn.c (rdma_cm, QPs) and verbs_post.c (the post
  * builder and the completion decoder). Nothing here leaves src/verbs/.
  *
- * Environment: WIMM_VERBS_SRQ=1 makes connections with zero-length receive
- * slots (recv_size 0) share one SRQ per context instead of one RQ each.
+ * Environment: WIMM_VERBS_SRQ=1 makes every connection with zero-length
+ * receive slots (recv_size 0) share one SRQ per context instead of having an
+ * RQ of its own; WIMM_VERBS_SRQ=0 never does; unset, a context switches its
+ * new recv_size-0 connections to the SRQ once it has VERBS_SRQ_AUTO_CONNS
+ * connections (many windows of idle receives are then one shared pool).
  */
 #ifndef WIMM_VERBS_INTERNAL_H
 #define WIMM_VERBS_INTERNAL_H
@@ -15,17 +18,18 @@
 
 #include "backend.h"
 
-#define VERBS_STASH 16       /* completions arm() may find after arming */
-#define VERBS_ACK_BATCH 64   /* CQ events acknowledged per ibv_ack_cq_events */
+#define VERBS_STASH 16	      /* completions arm() may find after arming */
+#define VERBS_ACK_BATCH 64    /* CQ events acknowledged per ibv_ack_cq_events */
 #define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
-#define VERBS_PDATA_MAX 256  /* largest cm private data we keep */
+#define VERBS_PDATA_MAX 256   /* largest cm private data we keep */
+#define VERBS_SRQ_AUTO_CONNS 16
 
 /* wr_id layout: bit 63 = receive, bits 62..32 = connection generation (so a
  * completion of a deleted connection whose qp_num was reused is dropped),
  * bits 31..0 = send post counter or receive slot. */
 #define VERBS_WRID_RECV (1ull << 63)
 #define VERBS_WRID_GEN(w) ((uint32_t)(((w) >> 32) & 0x7fffffffu))
-#define VERBS_WRID(gen, low) (((uint64_t)((gen) & 0x7fffffffu) << 32) | (uint32_t)(low))
+#define VERBS_WRID(gen, low) (((uint64_t)((gen)&0x7fffffffu) << 32) | (uint32_t)(low))
 
 struct verbs_conn;
 
@@ -59,6 +63,8 @@ struct verbs_ctx {
 	atomic_int cq_err;
 	unsigned port_gen_seen;
 
+	int srq_mode; /* 1 always, 0 never, -1 auto (see above) */
+	uint32_t cq_budget;
 	struct ibv_srq *srq;
 	uint32_t srq_max, srq_used, srq_spare;
 
@@ -82,8 +88,8 @@ struct verbs_conn {
 	uint32_t gen;
 	int in_tab;
 	int established;
-	int dead;      /* QP known to be in error: posting is refused */
-	int down;      /* 0 alive, 1 CONN_DOWN to report, 2 reported */
+	int dead; /* QP known to be in error: posting is refused */
+	int down; /* 0 alive, 1 CONN_DOWN to report, 2 reported */
 	int down_status, down_prov;
 	atomic_int async_ev; /* QP async event seen by some context, + 1 */
 
@@ -113,7 +119,7 @@ struct verbs_conn {
 
 /* verbs_ctx.c */
 int verbs_err(struct verbs_ctx *vc, int werr, int prov, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 int verbs_tab_add(struct verbs_ctx *vc, struct verbs_conn *c);
 void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c);
 struct verbs_conn *verbs_tab_find(const struct verbs_ctx *vc, uint32_t qp_num);
@@ -121,6 +127,7 @@ void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov);
 void verbs_control(struct verbs_ctx *vc);
 int verbs_cm_drain(struct verbs_ctx *vc);
 uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq);
+struct ibv_srq *verbs_srq_for(struct verbs_ctx *vc, uint32_t rx_depth);
 
 /* verbs_conn.c */
 int verbs_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out);
@@ -130,8 +137,8 @@ int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size
 void verbs_reject(void *breq, int why);
 int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);
 int verbs_conn_addr(void *bconn, uint8_t *buf, size_t *len);
-int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		  size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
+int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		  uint8_t *reply, size_t *reply_len, int timeout_ms);
 int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
 int verbs_conn_ready(void *bconn, const struct wimm_handshake *peer);
 void verbs_conn_delete(void *bconn);

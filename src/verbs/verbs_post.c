@@ -15,17 +15,17 @@ int verbs_status_to_wimm(enum ibv_wc_status st)
 	switch (st) {
 	case IBV_WC_SUCCESS:
 		return 0;
-	case IBV_WC_WR_FLUSH_ERR:     /* QP went to error: the connection is gone */
-	case IBV_WC_RETRY_EXC_ERR:    /* peer stopped acking: dead or unreachable */
+	case IBV_WC_WR_FLUSH_ERR:  /* QP went to error: the connection is gone */
+	case IBV_WC_RETRY_EXC_ERR: /* peer stopped acking: dead or unreachable */
 		return WIMM_E_DISCONNECTED;
 	case IBV_WC_RNR_RETRY_EXC_ERR: /* peer had no receive posted */
 		return WIMM_E_NORECV;
-	case IBV_WC_REM_ACCESS_ERR:   /* outside the peer's window or its rights */
+	case IBV_WC_REM_ACCESS_ERR: /* outside the peer's window or its rights */
 		return WIMM_E_BOUNDS;
 	case IBV_WC_LOC_PROT_ERR:
 	case IBV_WC_LOC_LEN_ERR:
 		return WIMM_E_LOCAL_BOUNDS;
-	case IBV_WC_REM_INV_REQ_ERR:  /* e.g. a send longer than the receive slot */
+	case IBV_WC_REM_INV_REQ_ERR: /* e.g. a send longer than the receive slot */
 		return WIMM_E_TRUNC;
 	default:
 		return WIMM_E_PROVIDER;
@@ -33,7 +33,9 @@ int verbs_status_to_wimm(enum ibv_wc_status st)
 }
 
 /* Post n receives in ONE ibv_post_recv call (a linked list), oldest slot
- * first, so slot i of the ring is always the i-th receive to complete. */
+ * first, so slot i of the ring is always the i-th receive to complete.
+ * Every write-with-imm consumes one of them (ERRATA E1, not "none needed"
+ * as the seed article says): without one an RC responder sends RNR NAK. */
 int verbs_rx_post(struct verbs_conn *c, uint32_t n)
 {
 	struct ibv_recv_wr *bad;
@@ -60,8 +62,8 @@ int verbs_rx_post(struct verbs_conn *c, uint32_t n)
 			w->num_sge = 0;
 		}
 	}
-	rc = c->use_srq ? ibv_post_srq_recv(c->vc->srq, c->rx_wr, &bad) :
-			  ibv_post_recv(c->qp, c->rx_wr, &bad);
+	rc = c->use_srq ? ibv_post_srq_recv(c->vc->srq, c->rx_wr, &bad)
+			: ibv_post_recv(c->qp, c->rx_wr, &bad);
 	if (rc)
 		return verbs_err(c->vc, WIMM_E_PROVIDER, rc, "ibv_post_recv(%u): %s", n,
 				 strerror(rc));

@@ -18,6 +18,36 @@
 
 /* ---------------------------------------------------------- child roles */
 
+/* libfabric 1.17's shm provider takes a spinlock inside the shared region on
+ * every post and progress call; a process killed while holding it leaves
+ * its peer spinning inside fi_cq_read forever, where no library above the
+ * provider can see it. On such fabrics the test asks the child to stop
+ * between two wimm calls (SIGUSR1, answered on a pipe) before it kills it:
+ * the connection is still mid-stream, but no provider lock is held. */
+static volatile sig_atomic_t quiesce_requested;
+
+static void on_quiesce(int sig)
+{
+	(void)sig;
+	quiesce_requested = 1;
+}
+
+static int needs_quiesce(const char *uri)
+{
+	return strncmp(uri, "ofi:shm", 7) == 0;
+}
+
+static void child_quiesce_point(void)
+{
+	if (!quiesce_requested)
+		return;
+	const char *fd = getenv("WIMM_CONF_QUIESCE_FD");
+	if (fd && write(atoi(fd), "q", 1) < 0)
+		_exit(6);
+	for (;;)
+		pause();
+}
+
 /* Ring doorbells at the peer forever, handling our own events so credits
  * keep flowing; exit when the connection fails. */
 static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
@@ -25,7 +55,9 @@ static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
 	struct wimm_event ev[16];
 	uint32_t seq = 0;
 
+	signal(SIGUSR1, on_quiesce);
 	for (;;) {
+		child_quiesce_point();
 		int rc = wimm_write_imm(c, NULL, 0, 0, 0, seq, 0);
 
 		if (rc == 0)
@@ -75,6 +107,18 @@ int conf_child_main(int argc, char **argv)
 	return child_stream(ctx, c);
 }
 
+/* Written by a parked child; created before each spawn. */
+static int quiesce_pipe[2] = {-1, -1};
+
+static void close_quiesce_pipe(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (quiesce_pipe[i] >= 0)
+			close(quiesce_pipe[i]);
+		quiesce_pipe[i] = -1;
+	}
+}
+
 /* fork + exec this program as a child peer; returns its pid or -1. */
 static pid_t spawn_child(const char *role, const char *uri, const char *arg)
 {
@@ -82,9 +126,14 @@ static pid_t spawn_child(const char *role, const char *uri, const char *arg)
 
 	fflush(stdout);
 	fflush(stderr);
-	/* The pipe fd of the server role stays open across exec on purpose. */
+	/* The pipe fd of the server role stays open across exec on purpose,
+	 * and so does the quiesce pipe (named in the environment). */
 	pid = fork();
 	if (pid == 0) {
+		char qfd[16];
+
+		snprintf(qfd, sizeof(qfd), "%d", quiesce_pipe[1]);
+		setenv("WIMM_CONF_QUIESCE_FD", qfd, 1);
 		char *const argv[] = {(char *)conf_self, "--child",   (char *)role,
 				      (char *)uri,	 (char *)arg, NULL};
 
@@ -92,6 +141,23 @@ static pid_t spawn_child(const char *role, const char *uri, const char *arg)
 		_exit(127);
 	}
 	return pid;
+}
+
+/* Stop the child between two wimm calls on fabrics that need it (see
+ * needs_quiesce); 0 when it is parked or nothing was needed. */
+static int quiesce_child(const char *uri, pid_t pid, int fd)
+{
+	char b;
+
+	if (!needs_quiesce(uri))
+		return 0;
+	kill(pid, SIGUSR1);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	if (poll(&pfd, 1, 5000) != 1 || read(fd, &b, 1) != 1) {
+		conf_fail(__FILE__, __LINE__, "the child did not park within 5 s of SIGUSR1");
+		return -1;
+	}
+	return 0;
 }
 
 static void reap(pid_t *pid)
@@ -206,10 +272,11 @@ static void t_dead_client(const char *uri)
 	CHECK_OK(rc);
 	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
 		goto out;
+	CHECK(pipe(quiesce_pipe) == 0);
 	pid = spawn_child("writer", uri, addr);
 	CHECK(pid > 0);
 	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
-	if (warm_up(ctx, s))
+	if (warm_up(ctx, s) || quiesce_child(uri, pid, quiesce_pipe[0]))
 		goto out;
 	int64_t t0 = conf_now_ms();
 
@@ -224,6 +291,7 @@ static void t_dead_client(const char *uri)
 		goto out;
 out:
 	reap(&pid);
+	close_quiesce_pipe();
 	wimm_conn_delete(&s);
 	wimm_listener_delete(&l);
 	close_ctx(&ctx);
@@ -273,6 +341,7 @@ static void t_dead_server(const char *uri)
 	CHECK_OK(rc);
 	CHECK(pipe(fds) == 0);
 	snprintf(fdarg, sizeof(fdarg), "%d", fds[1]);
+	CHECK(pipe(quiesce_pipe) == 0);
 	pid = spawn_child("server", uri, fdarg);
 	CHECK(pid > 0);
 	close(fds[1]);
@@ -283,7 +352,7 @@ static void t_dead_server(const char *uri)
 	snprintf(addr, sizeof(addr), strchr(conf_host(), ':') ? "[%s]:%d" : "%s:%d", conf_host(),
 		 port);
 	CHECK_OK(wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c));
-	if (warm_up(ctx, c))
+	if (warm_up(ctx, c) || quiesce_child(uri, pid, quiesce_pipe[0]))
 		goto out;
 	int64_t t0 = conf_now_ms();
 
@@ -299,6 +368,7 @@ static void t_dead_server(const char *uri)
 		goto out;
 out:
 	reap(&pid);
+	close_quiesce_pipe();
 	if (fds[0] >= 0)
 		close(fds[0]);
 	if (fds[1] >= 0)

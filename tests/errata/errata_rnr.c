@@ -1,4 +1,4 @@
-/* ERRATA E1, E3, E4 on the real kernel RDMA stack, with raw libibverbs.
+/* ERRATA E1-E5 on the real kernel RDMA stack, with raw libibverbs.
  *
  *   errata_rnr [DEVICE]      (default: WIMM_SOFTROCE_DEVICE or rxe0)
  *
@@ -9,16 +9,22 @@
  * so no out-of-band exchange is needed and the responder's min_rnr_timer,
  * which rdma_cm does not let user space choose, can be kept short.
  *
- *   rc_no_receive      E1: write-with-imm to an RC QP with no receive posted
+ *   rc_no_receive_*    E1: write-with-imm to an RC QP with no receive posted
  *                      is answered with RNR NAKs and fails with
  *                      IBV_WC_RNR_RETRY_EXC_ERR after rnr_retry retries
+ *                      (one-packet and three-packet messages); E2: of
+ *                      the three-packet message, the bytes of First and
+ *                      Middle are placed, and only the Last packet, which
+ *                      carries ImmDt, is refused
  *   rc_zero_sge_recv   E1/E3/E4: one zero-SGE receive per write-with-imm is
  *                      enough; byte_len is the written length, imm_data is
  *                      big-endian; each write-with-imm consumes one receive
  *   uc_no_receive      E1 on UC: the message is dropped without a trace
+ *   cq_overrun         E5: a CQ overrun raises IBV_EVENT_CQ_ERR
  */
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,7 @@
 #define RNR_RETRY 1
 #define MIN_RNR_TIMER 1 /* 0.01 ms; 0 would mean 655 ms */
 #define PORT 1
+#define MTU 1024 /* IBV_MTU_1024 below */
 
 static struct ibv_context *dev_ctx;
 static union ibv_gid gid;
@@ -50,18 +57,18 @@ struct link {
 	struct end req, rsp; /* requester and responder */
 };
 
-static int end_open(struct link *l, struct end *e, enum ibv_qp_type type)
+static int end_open(struct link *l, struct end *e, enum ibv_qp_type type, int cqe)
 {
 	struct ibv_qp_init_attr qa = {
 	    .qp_type = type,
 	    .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
 
-	e->cq = ibv_create_cq(dev_ctx, 32, NULL, NULL, 0);
+	e->cq = ibv_create_cq(dev_ctx, cqe, NULL, NULL, 0);
 	if (!e->cq || posix_memalign((void **)&e->buf, 4096, BUF_LEN))
 		return -1;
 	memset(e->buf, 0, BUF_LEN);
-	e->mr = ibv_reg_mr(l->pd, e->buf, BUF_LEN,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	e->mr =
+	    ibv_reg_mr(l->pd, e->buf, BUF_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!e->mr)
 		return -1;
 	qa.send_cq = qa.recv_cq = e->cq;
@@ -72,7 +79,7 @@ static int end_open(struct link *l, struct end *e, enum ibv_qp_type type)
 /* RESET -> INIT -> RTR -> RTS towards the QP numbered dqpn on this device. */
 static int qp_connect(struct ibv_qp *qp, uint32_t dqpn)
 {
-	int rc = qp->qp_type == IBV_QPT_RC;
+	int rc = qp->qp_type == IBV_QPT_RC, mask;
 	struct ibv_qp_attr a = {
 	    .qp_state = IBV_QPS_INIT,
 	    .pkey_index = 0,
@@ -95,10 +102,10 @@ static int qp_connect(struct ibv_qp *qp, uint32_t dqpn)
 	a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
 	a.ah_attr.grh.hop_limit = 64;
 	a.ah_attr.port_num = PORT;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			      IBV_QP_RQ_PSN |
-			      (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)))
+	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+	if (rc)
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	if (ibv_modify_qp(qp, &a, mask))
 		return -1;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
@@ -107,11 +114,11 @@ static int qp_connect(struct ibv_qp *qp, uint32_t dqpn)
 	a.retry_cnt = 7;
 	a.rnr_retry = RNR_RETRY;
 	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_SQ_PSN |
-				 (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					   IBV_QP_MAX_QP_RD_ATOMIC
-				     : 0));
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc)
+		mask |=
+		    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+	return ibv_modify_qp(qp, &a, mask);
 }
 
 static void end_close(struct end *e)
@@ -134,11 +141,12 @@ static void link_close(struct link *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static int link_open(struct link *l, enum ibv_qp_type type)
+/* req_cqe: the requester's CQ size (the responder's is 32). */
+static int link_open(struct link *l, enum ibv_qp_type type, int req_cqe)
 {
 	memset(l, 0, sizeof(*l));
 	l->pd = ibv_alloc_pd(dev_ctx);
-	if (!l->pd || end_open(l, &l->req, type) || end_open(l, &l->rsp, type) ||
+	if (!l->pd || end_open(l, &l->req, type, req_cqe) || end_open(l, &l->rsp, type, 32) ||
 	    qp_connect(l->req.qp, l->rsp.qp->qp_num) || qp_connect(l->rsp.qp, l->req.qp->qp_num)) {
 		perror("# QP set-up");
 		link_close(l);
@@ -151,7 +159,8 @@ static int link_open(struct link *l, enum ibv_qp_type type)
  * sends no SGE at all. */
 static int post_write_imm(struct link *l, uint64_t wr_id, uint32_t len, size_t off, uint32_t imm)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)l->req.buf, .length = len, .lkey = l->req.mr->lkey};
+	struct ibv_sge sge = {
+	    .addr = (uintptr_t)l->req.buf, .length = len, .lkey = l->req.mr->lkey};
 	struct ibv_send_wr wr = {
 	    .wr_id = wr_id,
 	    .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
@@ -163,6 +172,24 @@ static int post_write_imm(struct link *l, uint64_t wr_id, uint32_t len, size_t o
 	struct ibv_send_wr *bad;
 
 	wr.wr.rdma.remote_addr = (uintptr_t)l->rsp.buf + off;
+	wr.wr.rdma.rkey = l->rsp.mr->rkey;
+	return ibv_post_send(l->req.qp, &wr, &bad);
+}
+
+/* Signaled plain RDMA write of 8 bytes: a send completion, no receive. */
+static int post_write(struct link *l, uint64_t wr_id)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)l->req.buf, .length = 8, .lkey = l->req.mr->lkey};
+	struct ibv_send_wr wr = {
+	    .wr_id = wr_id,
+	    .opcode = IBV_WR_RDMA_WRITE,
+	    .sg_list = &sge,
+	    .num_sge = 1,
+	    .send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_send_wr *bad;
+
+	wr.wr.rdma.remote_addr = (uintptr_t)l->rsp.buf;
 	wr.wr.rdma.rkey = l->rsp.mr->rkey;
 	return ibv_post_send(l->req.qp, &wr, &bad);
 }
@@ -194,7 +221,7 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int64_t timeout_ms)
 static void fill(uint8_t *p, size_t len, unsigned seed)
 {
 	for (size_t i = 0; i < len; i++)
-		p[i] = (uint8_t)(i * 7 + seed * 13 + 1);
+		p[i] = (uint8_t)(i * 7 + seed * 13) | 1; /* never 0, the fresh buffer's value */
 }
 
 static long long delta(const struct errata_counters *a, const struct errata_counters *b,
@@ -209,57 +236,68 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
 	struct ibv_qp_attr a;
 
 	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init))
-		return (enum ibv_qp_state)-1;
+		return IBV_QPS_UNKNOWN;
 	return a.qp_state;
 }
 
-static void t_rc_no_receive(void)
+/* len 64 is one packet (RDMA WRITE Only with Immediate); WRITE_LEN is
+ * three, and rxe resends the whole message after an RNR NAK. */
+static void t_rc_no_receive(const char *name, uint32_t len)
 {
+	int one_packet = len <= MTU;
 	struct errata_counters c0, c1;
 	struct ibv_wc wc;
 	struct link l;
 	size_t placed = 0;
+	long long nak;
 	int got;
 
-	if (!errata_check(link_open(&l, IBV_QPT_RC) == 0, "E1 rc_no_receive: RC QPs connected"))
+	if (!errata_check(link_open(&l, IBV_QPT_RC, 32) == 0, "E1 %s: RC QPs connected", name))
 		return;
-	fill(l.req.buf, WRITE_LEN, 1);
+	fill(l.req.buf, len, 1);
 	errata_counters_read(dev_name, &c0);
 	/* The responder has posted no receive at all. */
-	errata_check(post_write_imm(&l, 1, WRITE_LEN, 0, IMM) == 0,
-		     "E1 rc_no_receive: write-with-imm posted (%d bytes, rnr_retry %d)", WRITE_LEN,
-		     RNR_RETRY);
+	errata_check(post_write_imm(&l, 1, len, 0, IMM) == 0,
+		     "E1 %s: write-with-imm posted (%u bytes, rnr_retry %d)", name, len, RNR_RETRY);
 	got = poll_one(l.req.cq, &wc, errata_timeout_ms(10000));
 	errata_counters_read(dev_name, &c1);
 	errata_counters_diff(&c0, &c1);
 	errata_check(got == 1 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR,
-		     "E1 rc_no_receive: requester completion is IBV_WC_RNR_RETRY_EXC_ERR (got %s)",
+		     "E1 %s: requester completion is IBV_WC_RNR_RETRY_EXC_ERR (got %s)", name,
 		     got == 1 ? ibv_wc_status_str(wc.status) : "no completion in time");
-	/* Every try, the first and each retry, is answered with one RNR NAK. */
-	errata_check(delta(&c0, &c1, "rcvd_rnr_err") == RNR_RETRY + 1,
-		     "E1 rc_no_receive: rcvd_rnr_err grew by rnr_retry + 1 = %d (%lld -> %lld)",
-		     RNR_RETRY + 1, errata_counter(&c0, "rcvd_rnr_err"),
-		     errata_counter(&c1, "rcvd_rnr_err"));
-	errata_check(delta(&c0, &c1, "send_rnr_err") == RNR_RETRY + 1,
-		     "E1 rc_no_receive: send_rnr_err (RNR NAKs sent by the responder) grew by %d "
-		     "(%lld -> %lld)",
-		     RNR_RETRY + 1, errata_counter(&c0, "send_rnr_err"),
+	/* The first try and each retry are answered with an RNR NAK; a
+	 * resent multi-packet message may draw more. */
+	nak = delta(&c0, &c1, "rcvd_rnr_err");
+	errata_check(one_packet ? nak == RNR_RETRY + 1 : nak >= RNR_RETRY + 1,
+		     "E1 %s: rcvd_rnr_err (RNR NAKs received) grew by %s%d (%lld -> %lld)", name,
+		     one_packet ? "" : "at least ", RNR_RETRY + 1,
+		     errata_counter(&c0, "rcvd_rnr_err"), errata_counter(&c1, "rcvd_rnr_err"));
+	errata_check(delta(&c0, &c1, "send_rnr_err") == nak,
+		     "E1 %s: send_rnr_err (RNR NAKs sent by the responder) grew as much (%lld -> "
+		     "%lld)",
+		     name, errata_counter(&c0, "send_rnr_err"),
 		     errata_counter(&c1, "send_rnr_err"));
 	errata_check(delta(&c0, &c1, "retry_rnr_exceeded_err") == 1,
-		     "E1 rc_no_receive: retry_rnr_exceeded_err grew by 1 (%lld -> %lld)",
+		     "E1 %s: retry_rnr_exceeded_err grew by 1 (%lld -> %lld)", name,
 		     errata_counter(&c0, "retry_rnr_exceeded_err"),
 		     errata_counter(&c1, "retry_rnr_exceeded_err"));
 	errata_check(qp_state(l.req.qp) == IBV_QPS_ERR,
-		     "E1 rc_no_receive: the requester QP is now in the error state");
-	errata_check(poll_one(l.rsp.cq, &wc, 100) == 0,
-		     "E1 rc_no_receive: the responder got no completion");
-	/* First and Middle carry no ImmDt and need no receive, so the
-	 * responder may place them before the Last packet is refused. */
-	while (placed < WRITE_LEN && l.rsp.buf[placed] == l.req.buf[placed])
+		     "E1 %s: the requester QP is now in the error state", name);
+	errata_check(poll_one(l.rsp.cq, &wc, 100) == 0, "E1 %s: the responder got no completion",
+		     name);
+	/* E2: First (RETH) and Middle carry no ImmDt, look like a plain
+	 * write and need no receive, so the responder places them; only the Last
+	 * packet, which carries ImmDt, asks for a receive and is refused. An
+	 * Only packet carries RETH and ImmDt together and is refused whole. */
+	while (placed < len && l.rsp.buf[placed] == l.req.buf[placed])
 		placed++;
-	errata_diag("rc_no_receive: %zu of %d bytes reached the responder's memory although the "
-		    "operation failed",
-		    placed, WRITE_LEN);
+	errata_check(placed == (len - 1) / MTU * MTU,
+		     "E2 %s: %zu of %u bytes were placed although the operation failed (expected "
+		     "%u: %s)",
+		     name, placed, len, (len - 1) / MTU * MTU,
+		     one_packet ? "the Only packet carries ImmDt and was refused whole"
+				: "First and Middle placed, the Last packet carries ImmDt and was "
+				  "refused");
 	link_close(&l);
 }
 
@@ -271,7 +309,8 @@ static void t_rc_zero_sge_recv(void)
 	struct link l;
 	int got;
 
-	if (!errata_check(link_open(&l, IBV_QPT_RC) == 0, "E1 rc_zero_sge_recv: RC QPs connected"))
+	if (!errata_check(link_open(&l, IBV_QPT_RC, 32) == 0,
+			  "E1 rc_zero_sge_recv: RC QPs connected"))
 		return;
 	fill(l.req.buf, WRITE_LEN, 2);
 	errata_counters_read(dev_name, &c0);
@@ -344,7 +383,7 @@ static void t_uc_no_receive(void)
 	struct link l;
 	int got;
 
-	if (!errata_check(link_open(&l, IBV_QPT_UC) == 0, "E1 uc_no_receive: UC QPs connected"))
+	if (!errata_check(link_open(&l, IBV_QPT_UC, 32) == 0, "E1 uc_no_receive: UC QPs connected"))
 		return;
 	errata_counters_read(dev_name, &c0);
 	errata_check(post_write_imm(&l, 1, 64, 0, 1) == 0,
@@ -373,6 +412,52 @@ static void t_uc_no_receive(void)
 	link_close(&l);
 }
 
+/* E5: more completions than the CQ holds, none polled. The device reports
+ * the overrun as the async event IBV_EVENT_CQ_ERR on that CQ. */
+static void t_cq_overrun(void)
+{
+	struct ibv_async_event ae;
+	struct ibv_wc wc[16];
+	struct link l;
+	int cap, posted = 0, got = 0, cq_err = 0, others = 0;
+	int64_t deadline;
+
+	if (!errata_check(link_open(&l, IBV_QPT_RC, 1) == 0,
+			  "E5 cq_overrun: RC QPs connected, requester CQ of 1 entry"))
+		return;
+	cap = l.req.cq->cqe;
+	for (int i = 0; i < cap + 3 && i < 8; i++)
+		posted += post_write(&l, (uint64_t)i) == 0;
+	errata_check(posted == cap + 3 && posted <= 8,
+		     "E5 cq_overrun: %d signaled writes posted, the CQ holds %d", posted, cap);
+	deadline = errata_now_ms() + errata_timeout_ms(5000);
+	while (!cq_err && errata_now_ms() < deadline) {
+		struct pollfd p = {.fd = dev_ctx->async_fd, .events = POLLIN};
+
+		if (poll(&p, 1, 100) != 1 || ibv_get_async_event(dev_ctx, &ae))
+			continue;
+		if (ae.event_type == IBV_EVENT_CQ_ERR && ae.element.cq == l.req.cq)
+			cq_err = 1;
+		else
+			others++;
+		ibv_ack_async_event(&ae);
+	}
+	errata_check(cq_err,
+		     "E5 cq_overrun: async event IBV_EVENT_CQ_ERR on the overrun CQ (%d "
+		     "other async events)",
+		     others);
+	/* What is left is implementation-defined; say what this one does. */
+	for (int n; (n = ibv_poll_cq(l.req.cq, 16, wc)) > 0;)
+		got += n;
+	errata_diag("cq_overrun: %d of %d completions could be polled afterwards; the requester "
+		    "QP is %s",
+		    got, posted,
+		    qp_state(l.req.qp) == IBV_QPS_ERR	? "in the error state"
+		    : qp_state(l.req.qp) == IBV_QPS_RTS ? "still in RTS"
+							: "in another state");
+	link_close(&l);
+}
+
 int main(int argc, char **argv)
 {
 	const char *name = dev_name = argc > 1 ? argv[1] : errata_device();
@@ -393,11 +478,11 @@ int main(int argc, char **argv)
 	if (!errata_check(dev_ctx != NULL, "device %s opened", name))
 		return errata_summary();
 	errata_counters_read(name, &c);
-	if (!errata_check(errata_counter(&c, "rcvd_rnr_err") >= 0 &&
-			      errata_counter(&c, "send_rnr_err") >= 0 &&
-			      errata_counter(&c, "retry_rnr_exceeded_err") >= 0,
-			  "RNR counters readable under /sys/class/infiniband/%s/ports/1/hw_counters",
-			  name))
+	if (!errata_check(
+		errata_counter(&c, "rcvd_rnr_err") >= 0 &&
+		    errata_counter(&c, "send_rnr_err") >= 0 &&
+		    errata_counter(&c, "retry_rnr_exceeded_err") >= 0,
+		"RNR counters readable under /sys/class/infiniband/%s/ports/1/hw_counters", name))
 		return errata_summary();
 	n = ibv_query_gid(dev_ctx, PORT, gid_index, &gid);
 	inet_ntop(AF_INET6, gid.raw, gtext, sizeof(gtext));
@@ -405,9 +490,11 @@ int main(int argc, char **argv)
 			  "GID index %d of %s port %d is %s", gid_index, name, PORT, gtext))
 		return errata_summary();
 
-	t_rc_no_receive();
+	t_rc_no_receive("rc_no_receive_1pkt", 64);
+	t_rc_no_receive("rc_no_receive_3pkt", WRITE_LEN);
 	t_rc_zero_sge_recv();
 	t_uc_no_receive();
+	t_cq_overrun();
 	ibv_close_device(dev_ctx);
 	return errata_summary();
 }

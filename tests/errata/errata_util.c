@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "errata.h"
 
@@ -82,6 +83,8 @@ void errata_counters_read(const char *dev, struct errata_counters *c)
 {
 	char dir[256], path[600];
 	struct dirent *de;
+	long lifespan;
+	FILE *f;
 	DIR *d;
 
 	c->n = -1;
@@ -89,12 +92,20 @@ void errata_counters_read(const char *dev, struct errata_counters *c)
 	d = opendir(dir);
 	if (!d)
 		return;
+	/* The kernel caches the counters for "lifespan" ms (rounded up to
+	 * jiffies) after each refresh: wait well past it so this read cannot
+	 * return the previous one. */
+	snprintf(path, sizeof(path), "%s/lifespan", dir);
+	f = fopen(path, "r");
+	if (!f || fscanf(f, "%ld", &lifespan) != 1 || lifespan < 0 || lifespan > 10000)
+		lifespan = 10;
+	if (f)
+		fclose(f);
+	usleep((useconds_t)(2 * lifespan + 10) * 1000);
 	c->n = 0;
 	while ((de = readdir(d)) && c->n < ERRATA_MAX_COUNTERS) {
-		long long v;
-		FILE *f;
-
 		size_t len = strlen(de->d_name);
+		long long v;
 
 		if (de->d_name[0] == '.' || len >= sizeof(c->name[0]))
 			continue;

@@ -1,0 +1,66 @@
+#!/bin/sh
+# Inside the Soft-RoCE guest, run in sequence: the conformance suite on
+# verbs:rxe0, errata_rnr (raw verbs) and errata_flood (the library).
+#
+#   tests/softroce/run tests/errata/run-in-guest.sh BUILD_DIR
+#
+# Prints every step's output, then "N passed, N failed" summed over the
+# steps' own summary lines (a step that is missing, or exits non-zero
+# without counting a failure, counts as one failure). Exit status 1 if
+# anything failed.
+set -u
+
+build=${1:?usage: run-in-guest.sh BUILD_DIR}
+dev=${WIMM_SOFTROCE_DEVICE:-rxe0}
+WIMM_TEST_HOST=${WIMM_TEST_HOST:-192.0.2.1}
+WIMM_TEST_TIMEOUT_SCALE=${WIMM_TEST_TIMEOUT_SCALE:-4}
+export WIMM_TEST_HOST WIMM_TEST_TIMEOUT_SCALE
+
+passed=0
+failed=0
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
+
+# step NAME PROGRAM ARGS...
+step() {
+	name=$1
+	shift
+	echo "# ---- $name: $*"
+	if [ ! -x "$1" ]; then
+		echo "not ok - $name: $1 is not built"
+		failed=$((failed + 1))
+		return
+	fi
+	start=$(date +%s)
+	# POSIX sh has no pipefail: the program's status goes through a file.
+	{ "$@" 2>&1; echo $? >"$work/rc"; } | tee "$work/out"
+	rc=$(cat "$work/rc")
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out" | tail -n 1)
+	p=0
+	f=0
+	if [ -n "$line" ]; then
+		p=${line%% passed*}
+		f=${line#*passed, }
+		f=${f%% failed}
+	fi
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		echo "not ok - $name exited with status $rc"
+		f=1
+	fi
+	echo "# ---- $name: exit $rc, $p passed, $f failed, $(($(date +%s) - start)) s"
+	passed=$((passed + p))
+	failed=$((failed + f))
+}
+
+if [ ! -d "/sys/class/infiniband/$dev" ]; then
+	echo "not ok - no RDMA device $dev: run this inside the guest (tests/softroce/run)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+step conformance "$build/tests/conformance/wimm_conformance" "verbs:$dev"
+step errata_rnr "$build/tests/errata/errata_rnr" "$dev"
+step errata_flood "$build/tests/errata/errata_flood" "verbs:$dev"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
