@@ -3,6 +3,7 @@
  * event at the other side, fast. The dying peers are this program re-run
  * with --child, so they start from a clean process. */
 #include <errno.h>
+#include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -160,11 +161,27 @@ static int quiesce_child(const char *uri, pid_t pid, int fd)
 	return 0;
 }
 
+/* A killed process cannot remove its libfabric shm regions
+ * (/dev/shm/<pid>:...): do it for the child, so runs leave nothing behind. */
+static void remove_shm_regions(pid_t pid)
+{
+	char pattern[64];
+	glob_t g;
+
+	snprintf(pattern, sizeof(pattern), "/dev/shm/%d:*", (int)pid);
+	if (glob(pattern, 0, NULL, &g) != 0)
+		return;
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		unlink(g.gl_pathv[i]);
+	globfree(&g);
+}
+
 static void reap(pid_t *pid)
 {
 	if (*pid > 0) {
 		kill(*pid, SIGKILL);
 		waitpid(*pid, NULL, 0);
+		remove_shm_regions(*pid);
 		*pid = -1;
 	}
 }
