@@ -331,21 +331,24 @@ static int ofi_describe(FILE *f, int json, int *first)
 		if (dup || nseen == 16)
 			continue;
 		memcpy(seen[nseen++], key, sizeof(key));
+		/* What wimm can use: lengths travel in 32 bits (see ofi_limits). */
+		size_t max_msg = i->ep_attr->max_msg_size < UINT32_MAX ? i->ep_attr->max_msg_size
+									: UINT32_MAX;
 		if (json) {
 			fprintf(f, "%s{\"fabric\":\"ofi:%s\",\"ep_type\":\"%s\",\"domain\":\"%s\","
-				"\"max_msg_size\":%zu,\"inject_size\":%zu,\"cq_data_size\":%zu,"
-				"\"tx_size\":%zu,\"rx_size\":%zu}",
+				"\"imm_bytes\":4,\"max_msg\":%zu,\"inject_size\":%zu,"
+				"\"cq_data_size\":%zu,\"tx_size\":%zu,\"rx_size\":%zu}",
 				*first ? "" : ",", i->fabric_attr->prov_name,
-				ofi_ep_name(i->ep_attr->type), i->domain_attr->name,
-				i->ep_attr->max_msg_size, i->tx_attr->inject_size,
-				i->domain_attr->cq_data_size, i->tx_attr->size, i->rx_attr->size);
+				ofi_ep_name(i->ep_attr->type), i->domain_attr->name, max_msg,
+				i->tx_attr->inject_size, i->domain_attr->cq_data_size,
+				i->tx_attr->size, i->rx_attr->size);
 			*first = 0;
 		} else {
-			fprintf(f, "ofi:%-16s ep=%s domain=%s max_msg=%zu inject=%zu cq_data=%zu "
-				"tx=%zu rx=%zu\n", i->fabric_attr->prov_name,
-				ofi_ep_name(i->ep_attr->type), i->domain_attr->name,
-				i->ep_attr->max_msg_size, i->tx_attr->inject_size,
-				i->domain_attr->cq_data_size, i->tx_attr->size, i->rx_attr->size);
+			fprintf(f, "ofi:%-16s ep=%s domain=%s imm=4B max_msg=%zu inject=%zu "
+				"cq_data=%zuB tx=%zu rx=%zu\n", i->fabric_attr->prov_name,
+				ofi_ep_name(i->ep_attr->type), i->domain_attr->name, max_msg,
+				i->tx_attr->inject_size, i->domain_attr->cq_data_size,
+				i->tx_attr->size, i->rx_attr->size);
 		}
 	}
 	fi_freeinfo(list);
