@@ -116,8 +116,10 @@ struct wimm_backend_ops {
 	void (*listener_close)(void *blis);
 	int (*listener_fd)(void *blis);
 	/* Wait up to timeout_ms for a request; return its handshake bytes
-	 * (the peer's, copied into hs/hs_len) and a request handle.
-	 * TIMEDOUT / AGAIN (timeout 0) when none. */
+	 * (the peer's, copied into hs; *hs_len is the capacity in and the
+	 * length out, cut to the capacity: the core passes one byte more than
+	 * any valid handshake so that a cut message still reads as too long)
+	 * and a request handle. TIMEDOUT / AGAIN (timeout 0) when none. */
 	int (*get_request)(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
 	/* Refuse a request (bad handshake, no budget) and free it. */
 	void (*reject)(void *breq, int why);

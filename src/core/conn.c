@@ -37,6 +37,7 @@ struct wimm_conn {
 	int connected;
 	int down_reported;
 	int credit_return_due;
+	int release_queued; /* in the ctx's release queue */
 };
 
 static const struct wimm_backend_ops *ops_of(const struct wimm_conn *c)
@@ -198,8 +199,10 @@ static int apply_peer(struct wimm_conn *c, const struct wimm_handshake *peer)
 	int ret = ops_of(c)->conn_ready(c->bconn, peer);
 	if (ret)
 		return ret;
+	ret = wimm_ctx_link_conn(c->ctx, c, 1);
+	if (ret)
+		return ret;
 	c->connected = 1;
-	wimm_ctx_link_conn(c->ctx, c, 1);
 	wimm_ctx_count_object(c->ctx, 1);
 	return 0;
 }
@@ -208,7 +211,7 @@ int wimm_connect(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_
 		 int timeout_ms, struct wimm_conn **out)
 {
 	char host[256], port[8];
-	uint8_t hs[WIMM_HS_MAX_LEN], reply[WIMM_HS_MAX_LEN];
+	uint8_t hs[WIMM_HS_MAX_LEN], reply[WIMM_HS_MAX_LEN + 1]; /* +1: see wimm_accept */
 	size_t reply_len = sizeof(reply);
 	struct wimm_handshake peer;
 	struct wimm_conn *c;
@@ -366,17 +369,30 @@ static int check_remote(const struct wimm_conn *c, size_t off, size_t len, unsig
  * Credits come back as a plain RDMA write, which raises no completion and so
  * no wake-up on any fabric, and send slots come back with completions the
  * application may never ask for: so the wait drives progress itself,
- * spinning first, then napping in growing steps up to 1 ms so a stalled
- * receiver does not cost a whole core. */
+ * spinning first, then napping so a stalled receiver does not cost a whole
+ * core. A nap is an eighth of the time waited so far (10 us to 1 ms): a
+ * nap can overshoot the credit's return by little more than that eighth,
+ * where doubling naps would overshoot by up to the whole wait. */
+#define WAIT_NAP_MIN_NS 10000
+#define WAIT_NAP_MAX_NS 1000000
+/* While spinning the clock is read once per this many steps. */
+#define WAIT_STEPS_PER_CLOCK 8
+
 struct backoff {
-	struct timespec start;
-	long nap_ns;
+	int64_t start_ns;
+	unsigned steps;
 };
 
-static int wait_step(struct wimm_conn *c, struct backoff *b)
+static int64_t mono_ns(void)
 {
 	struct timespec t;
 
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int wait_step(struct wimm_conn *c, struct backoff *b)
+{
 	int ret = wimm_ctx_progress_into_backlog(c->ctx);
 	if (ret)
 		return ret;
@@ -387,23 +403,30 @@ static int wait_step(struct wimm_conn *c, struct backoff *b)
 	ret = wimm_conn_release(c);
 	if (ret)
 		return ret;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	if (b->start.tv_sec == 0 && b->start.tv_nsec == 0)
-		b->start = t;
-	int64_t waited = (t.tv_sec - b->start.tv_sec) * 1000000000LL + (t.tv_nsec - b->start.tv_nsec);
-	if (waited < (int64_t)wimm_ctx_spin_us(c->ctx) * 1000)
+	if (b->steps++ % WAIT_STEPS_PER_CLOCK != 0)
 		return 0;
-	b->nap_ns = b->nap_ns ? b->nap_ns * 2 : 10000;
-	if (b->nap_ns > 1000000)
-		b->nap_ns = 1000000;
-	struct timespec nap = {0, b->nap_ns};
+	int64_t t = mono_ns();
+	if (b->start_ns == 0)
+		b->start_ns = t;
+	int64_t waited = t - b->start_ns;
+	int64_t spin_ns = (int64_t)wimm_ctx_spin_us(c->ctx) * 1000;
+	if (waited < spin_ns)
+		return 0;
+	int64_t nap_ns = waited / 8;
+	if (nap_ns < WAIT_NAP_MIN_NS)
+		nap_ns = WAIT_NAP_MIN_NS;
+	if (nap_ns > WAIT_NAP_MAX_NS)
+		nap_ns = WAIT_NAP_MAX_NS;
+	struct timespec nap = {0, (long)nap_ns};
 	nanosleep(&nap, NULL);
+	/* Look at the clock again after the next step. */
+	b->steps = 0;
 	return 0;
 }
 
 static int take_credit(struct wimm_conn *c, unsigned flags)
 {
-	struct backoff b = {{0, 0}, 0};
+	struct backoff b = {0, 0};
 
 	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
 		return 0;
@@ -424,7 +447,7 @@ static int take_credit(struct wimm_conn *c, unsigned flags)
 
 static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
 {
-	struct backoff b = {{0, 0}, 0};
+	struct backoff b = {0, 0};
 	int ret;
 
 	if (doorbell) {
@@ -568,14 +591,26 @@ int wimm_conn_is_down_reported(struct wimm_conn *c)
 	return c->down_reported;
 }
 
+static void queue_release(struct wimm_conn *c)
+{
+	if (c->release_queued)
+		return;
+	c->release_queued = 1;
+	wimm_ctx_queue_release(c->ctx, c);
+}
+
 void wimm_conn_on_delivered(struct wimm_conn *c)
 {
 	wimm_credit_rx_deliver(&c->rx);
+	queue_release(c);
 }
 
-int wimm_conn_needs_release(const struct wimm_conn *c)
+int wimm_conn_keep_queued(struct wimm_conn *c)
 {
-	return wimm_credit_rx_pending_release(&c->rx) > 0 || c->credit_return_due;
+	if (c->connected && (wimm_credit_rx_pending_release(&c->rx) > 0 || c->credit_return_due))
+		return 1;
+	c->release_queued = 0;
+	return 0;
 }
 
 int wimm_conn_release(struct wimm_conn *c)
@@ -610,6 +645,8 @@ int wimm_conn_release(struct wimm_conn *c)
 	if (ret) {
 		/* Send queue full: try again at the next poll. */
 		c->credit_return_due = ret == WIMM_E_AGAIN;
+		if (c->credit_return_due)
+			queue_release(c);
 		return 0;
 	}
 	c->credit_return_due = 0;

@@ -23,7 +23,11 @@ uint32_t wimm_ctx_spin_us(const struct wimm_ctx *ctx);
 int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int fd, int add);
 /* Forget every queued event of a connection being deleted. */
 void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c);
-void wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add);
+/* Link (add: can fail with NOMEM) or unlink a connection. */
+int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add);
+/* c has slots to hand back (or a credit write to retry) at the next poll;
+ * called once until wimm_conn_keep_queued() says it is done. */
+void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c);
 
 /* mr.c */
 const struct wimm_bmr *wimm_mr_bmr(const struct wimm_mr *mr);
@@ -39,7 +43,8 @@ void wimm_conn_on_delivered(struct wimm_conn *c);
 /* Hand back slots of doorbells the application has seen and return credits
  * when a batch is due. */
 int wimm_conn_release(struct wimm_conn *c);
-int wimm_conn_needs_release(const struct wimm_conn *c);
+/* After wimm_conn_release(): 1 if c still has work and stays queued. */
+int wimm_conn_keep_queued(struct wimm_conn *c);
 int wimm_conn_is_down_reported(struct wimm_conn *c);
 
 /* listener.c */

@@ -23,6 +23,8 @@ const struct wimm_backend_ops *const wimm_backends[] = {
 #define DEFAULT_SPIN_US 50
 /* Listener readiness is looked at in poll() at most this often. */
 #define LISTENER_CHECK_NS 1000000
+/* A spinning wait reads the clock once per this many empty polls. */
+#define WAIT_POLLS_PER_CLOCK 8
 
 struct wimm_ctx {
 	const struct wimm_backend_ops *ops;
@@ -36,6 +38,11 @@ struct wimm_ctx {
 	char prov_text[256];
 	int epfd;
 	struct wimm_conn *conns;
+	uint32_t nconns;
+	/* Connections with slots to hand back or a credit write to retry,
+	 * each at most once; room for every linked connection. */
+	struct wimm_conn **rel;
+	uint32_t rel_n, rel_cap;
 	/* Events taken from the backend but not yet handed out: FIFO ring. */
 	struct wimm_event *backlog;
 	size_t bl_cap, bl_head, bl_count;
@@ -53,6 +60,17 @@ static int64_t now_ns(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* For checks that only need "about a millisecond": CLOCK_MONOTONIC costs a
+ * system call and a device read on clocksources without a vDSO mode (hpet,
+ * acpi_pm: e.g. a TCG guest), the coarse clock is a vDSO memory read. */
+static int64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -173,6 +191,7 @@ int wimm_ctx_close(struct wimm_ctx **pctx)
 	ctx->ops->ctx_close(ctx->bctx);
 	close(ctx->epfd);
 	free(ctx->backlog);
+	free(ctx->rel);
 	free(ctx);
 	*pctx = NULL;
 	return 0;
@@ -225,12 +244,28 @@ void wimm_ctx_cq_unreserve(struct wimm_ctx *ctx, uint32_t n)
 	ctx->cq_used -= n;
 }
 
-void wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
+int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 {
 	if (add) {
+		/* The release queue never has to grow while polling. */
+		if (ctx->nconns == ctx->rel_cap) {
+			uint32_t cap = ctx->rel_cap ? ctx->rel_cap * 2 : 8;
+			struct wimm_conn **n = realloc(ctx->rel, cap * sizeof(*n));
+			if (!n)
+				return WIMM_E_NOMEM;
+			ctx->rel = n;
+			ctx->rel_cap = cap;
+		}
 		wimm_conn_set_next(c, ctx->conns);
 		ctx->conns = c;
-		return;
+		ctx->nconns++;
+		return 0;
+	}
+	for (uint32_t i = 0; i < ctx->rel_n; i++) {
+		if (ctx->rel[i] == c) {
+			ctx->rel[i] = ctx->rel[--ctx->rel_n];
+			break;
+		}
 	}
 	struct wimm_conn *prev = NULL;
 	for (struct wimm_conn *it = ctx->conns; it; prev = it, it = wimm_conn_next(it)) {
@@ -240,8 +275,18 @@ void wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 			wimm_conn_set_next(prev, wimm_conn_next(it));
 		else
 			ctx->conns = wimm_conn_next(it);
-		return;
+		ctx->nconns--;
+		return 0;
 	}
+	return 0;
+}
+
+void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c)
+{
+	/* Cannot overflow: a linked connection is queued at most once and
+	 * rel_cap >= nconns; an unlinked one has nothing to release. */
+	if (ctx->rel_n < ctx->rel_cap)
+		ctx->rel[ctx->rel_n++] = c;
 }
 
 /* ----------------------------------------------------------- the backlog */
@@ -368,14 +413,21 @@ static void account_delivered(struct wimm_event *ev, int n)
 			wimm_conn_on_delivered(ev[i].conn);
 }
 
+/* Only the queued connections are visited, so an idle poll costs nothing
+ * however many connections the context has. */
 static int release_slots(struct wimm_ctx *ctx)
 {
-	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c)) {
-		if (!wimm_conn_needs_release(c))
-			continue;
+	uint32_t i = 0;
+
+	while (i < ctx->rel_n) {
+		struct wimm_conn *c = ctx->rel[i];
 		int ret = wimm_conn_release(c);
 		if (ret)
 			return ret;
+		if (wimm_conn_keep_queued(c))
+			i++;
+		else
+			ctx->rel[i] = ctx->rel[--ctx->rel_n];
 	}
 	return 0;
 }
@@ -445,7 +497,7 @@ static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, i
 	struct epoll_event ready[8];
 	int got = 0;
 
-	int64_t t = now_ns();
+	int64_t t = coarse_ns();
 	if (!force && t < ctx->next_listener_check_ns)
 		return 0;
 	ctx->next_listener_check_ns = t + LISTENER_CHECK_NS;
@@ -512,20 +564,33 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 	if (ret)
 		return ret;
 
+	/* A spin without a deadline needs no clock at all. */
+	if (mode == WIMM_WAIT_SPIN && timeout_ms < 0) {
+		int got;
+		while ((got = poll_once(ctx, ev, n)) == 0)
+			;
+		return got;
+	}
 	int64_t start = now_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
 	int64_t spin_until = mode == WIMM_WAIT_BLOCK    ? start
 			     : mode == WIMM_WAIT_SPIN   ? INT64_MAX
 							: start + (int64_t)ctx->spin_us * 1000;
-	for (;;) {
+	int spinning = mode != WIMM_WAIT_BLOCK;
+	for (unsigned empty = 1;; empty++) {
 		int got = poll_once(ctx, ev, n);
 		if (got != 0)
 			return got;
+		/* An empty poll is cheap, a precise clock need not be (a
+		 * system call on some clocksources): look at it now and then. */
+		if (spinning && empty % WAIT_POLLS_PER_CLOCK != 0)
+			continue;
 		int64_t t = now_ns();
 		if (t >= deadline)
 			return 0;
 		if (t < spin_until)
 			continue;
+		spinning = 0;
 		int64_t left_ms = deadline == INT64_MAX ? -1 : (deadline - t + 999999) / 1000000;
 		/* Sleep in slices so a listener request is reported promptly. */
 		ret = wimm_ctx_block(ctx, left_ms < 0 || left_ms > 1000 ? 1000 : (int)left_ms);

@@ -98,7 +98,9 @@ void *wimm_listener_blis(const struct wimm_listener *l)
 
 int wimm_accept(struct wimm_listener *l, int timeout_ms, struct wimm_conn **out)
 {
-	uint8_t hs[WIMM_HS_MAX_LEN];
+	/* One byte more than any valid handshake: a longer message, cut to
+	 * this buffer, still reads as too long to the decoder. */
+	uint8_t hs[WIMM_HS_MAX_LEN + 1];
 	size_t hs_len = sizeof(hs);
 	void *breq = NULL;
 

@@ -291,10 +291,13 @@ static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *re
 			fi_freeinfo(u.e.info);
 			continue;
 		}
-		*hs_len = (size_t)r - sizeof(u.e);
-		if (*hs_len > WIMM_HS_MAX_LEN)
-			*hs_len = WIMM_HS_MAX_LEN; /* the decoder refuses it */
-		memcpy(hs, u.e.data, *hs_len);
+		size_t n = (size_t)r - sizeof(u.e);
+		/* Cut to the core's buffer, which is one byte longer than any
+		 * valid handshake: the decoder still sees "too long". */
+		if (n > *hs_len)
+			n = *hs_len;
+		memcpy(hs, u.e.data, n);
+		*hs_len = n;
 		req->info = u.e.info;
 		req->pep = l->pep;
 		return 0;
@@ -323,7 +326,7 @@ static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *r
 		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 			return ofi_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
 	}
-	ret = ofi_recv_frame(fd, hs, WIMM_HS_MAX_LEN, hs_len, wimm_now_ms() + OFI_HS_READ_MS);
+	ret = ofi_recv_frame(fd, hs, *hs_len, hs_len, wimm_now_ms() + OFI_HS_READ_MS);
 	if (ret) {
 		close(fd);
 		return ofi_errno_err(l->ctx, -ret, "reading handshake", ofi_sock_code(-ret));

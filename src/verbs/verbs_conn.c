@@ -228,8 +228,8 @@ int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size
 	id = ev->id;
 	len = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
 	len = verbs_hs_trim(ev->param.conn.private_data, len);
-	if (len > WIMM_HS_MAX_LEN)
-		len = WIMM_HS_MAX_LEN;
+	if (len > *hs_len)
+		len = *hs_len; /* the core's buffer is longer than any valid handshake */
 	memcpy(hs, ev->param.conn.private_data, len);
 	*hs_len = len;
 	r = calloc(1, sizeof(*r));
