@@ -119,9 +119,9 @@ void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_of
 	     uint32_t imm, unsigned flags);
 /* Spin until window[off] == want, driving progress. */
 void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want);
-/* After the last (signaled) operation: wait for its completion so closing
- * the connection cannot drop it. A peer that already left is fine here. */
-void ep_wait_send_done(struct endpoint *ep);
+/* At the end of a run, where a departing peer is no failure: the next
+ * event, or 0 if the peer has left. */
+int ep_last_event(struct endpoint *ep, struct wimm_event *out);
 
 /* ------------------------------------------------------------ messages.c */
 
@@ -133,6 +133,11 @@ void msg_receive(struct endpoint *ep, uint32_t seq);
 /* A zero-length write-with-imm doorbell (acknowledgements) and its check. */
 void msg_send_ack(struct endpoint *ep, uint32_t imm, unsigned flags);
 void msg_receive_ack(struct endpoint *ep, uint32_t imm);
+/* The end of a run: the client says goodbye only after it has received
+ * everything, and the server closes only after the goodbye, so no close
+ * can overtake a message still on its way. */
+void msg_finish_client(struct endpoint *ep);
+void msg_finish_server(struct endpoint *ep);
 /* write_poll in rate mode: the round's messages share one flag value and
  * the last one carries a flag of its own, the one the receiver waits for. */
 void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round);

@@ -128,6 +128,27 @@ void msg_receive_ack(struct endpoint *ep, uint32_t imm)
 	expect_event(ep, &ev, WIMM_EV_WRITE_IMM, imm, 0);
 }
 
+/* Message numbers stay below 2^32 - 1 (options.c), so this imm is never a
+ * message's. */
+#define BYE_IMM UINT32_MAX
+
+void msg_finish_client(struct endpoint *ep)
+{
+	struct wimm_event ev;
+	ep_post(ep, WIMM_OP_WRITE_IMM, 0, 0, 0, BYE_IMM, WIMM_F_SIGNAL);
+	if (ep_last_event(ep, &ev))
+		expect_event(ep, &ev, WIMM_EV_SEND_DONE, 0, 0);
+}
+
+void msg_finish_server(struct endpoint *ep)
+{
+	struct wimm_event ev;
+	/* A client that left without its goodbye has what it needed, or
+	 * reports its own failure. */
+	if (ep_last_event(ep, &ev))
+		expect_event(ep, &ev, WIMM_EV_WRITE_IMM, BYE_IMM, 0);
+}
+
 void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round)
 {
 	size_t size = ep->opts->size;

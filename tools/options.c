@@ -63,7 +63,8 @@ void cli_usage(FILE *f)
 	      "ops: write_imm   one write-with-imm (data + doorbell)\n"
 	      "     write_send  plain write, then a 0-byte send-with-imm as the doorbell\n"
 	      "     send_imm    two-sided send into a pre-posted receive buffer\n"
-	      "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1)\n"
+	      "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1;\n"
+	      "                 it spins whatever --wait says: there is no event to sleep on)\n"
 	      "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n",
 	      f);
 }

@@ -13,11 +13,8 @@ void pingpong_server(struct endpoint *ep)
 	uint32_t total = ep->opts->warmup + ep->opts->iters;
 	for (uint32_t seq = 0; seq < total; seq++) {
 		msg_receive(ep, seq);
-		/* The last reply is signaled: closing before it completed
-		 * could drop it. */
-		msg_send(ep, seq, seq + 1 == total ? WIMM_F_SIGNAL : 0);
+		msg_send(ep, seq, 0);
 	}
-	ep_wait_send_done(ep);
 }
 
 void pingpong_client(struct endpoint *ep, struct bench_result *res)

@@ -28,8 +28,7 @@ static void client_round(struct endpoint *ep, uint32_t first_seq, uint32_t count
 	msg_receive_ack(ep, first_seq + count);
 }
 
-static void server_round(struct endpoint *ep, uint32_t first_seq, uint32_t count, uint32_t round,
-			 int last_round)
+static void server_round(struct endpoint *ep, uint32_t first_seq, uint32_t count, uint32_t round)
 {
 	if (ep->opts->op == OP_WRITE_POLL) {
 		msg_receive_poll_round(ep, round);
@@ -37,17 +36,15 @@ static void server_round(struct endpoint *ep, uint32_t first_seq, uint32_t count
 		for (uint32_t k = 0; k < count; k++)
 			msg_receive(ep, first_seq + k);
 	}
-	/* The last acknowledgement is signaled so closing cannot drop it. */
-	msg_send_ack(ep, first_seq + count, last_round ? WIMM_F_SIGNAL : 0);
+	msg_send_ack(ep, first_seq + count, 0);
 }
 
 void rate_server(struct endpoint *ep)
 {
 	uint32_t warmup = ep->opts->warmup;
 	if (warmup > 0)
-		server_round(ep, 0, warmup, 0, 0);
-	server_round(ep, warmup, ep->opts->iters, 1, 1);
-	ep_wait_send_done(ep);
+		server_round(ep, 0, warmup, 0);
+	server_round(ep, warmup, ep->opts->iters, 1);
 }
 
 void rate_client(struct endpoint *ep, struct bench_result *res)

@@ -17,6 +17,7 @@ static void serve(struct endpoint *ep)
 		pingpong_server(ep);
 	else
 		rate_server(ep);
+	msg_finish_server(ep);
 }
 
 static void run_client(struct endpoint *ep, const char *host, int port, struct bench_result *res)
@@ -27,6 +28,7 @@ static void run_client(struct endpoint *ep, const char *host, int port, struct b
 		pingpong_client(ep, res);
 	else
 		rate_client(ep, res);
+	msg_finish_client(ep);
 	snprintf(res->fabric, sizeof(res->fabric), "%s", wimm_ctx_fabric(ep->ctx));
 	ep_close(ep);
 }
