@@ -82,6 +82,16 @@ struct wimm_conn;     /* a reliable connection to one peer */
 
 /* ---------------------------------------------------------------- context */
 
+enum wimm_ctx_flags {
+	/* The application polls (spins) and rarely sleeps: skip per-completion
+	 * wake-up signalling where a provider charges for it (libfabric tcp
+	 * writes an eventfd per completion, about 1 us of a 7 us one-way
+	 * latency here). Blocking waits and the fd still work, but wake at a
+	 * 1 ms tick rather than at the completion. verbs pays nothing until a
+	 * CQ is armed, so there it changes nothing. */
+	WIMM_CTX_POLLING = 1u << 0,
+};
+
 struct wimm_ctx_attr {
 	/* Upper bound on the sum of send depths and receive windows of all
 	 * connections of the context; sizes the completion queue so it cannot
@@ -90,6 +100,8 @@ struct wimm_ctx_attr {
 	uint32_t cq_budget;
 	/* Microseconds WIMM_WAIT_ADAPTIVE spins before it sleeps. 0 = 50. */
 	uint32_t spin_us;
+	/* WIMM_CTX_* */
+	unsigned flags;
 };
 
 /* Open a fabric context by URI:

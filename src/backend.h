@@ -95,9 +95,10 @@ struct wimm_backend_ops {
 
 	/* Open the fabric named by `spec` (the URI after "scheme:", may be
 	 * ""). cq_budget: completions that may be outstanding over all
-	 * connections; size the CQ(s) for it. Errors: NODEV, NOTSUP, PROVIDER.
-	 * `ctx` is for wimm_ctx_set_provider_error(). */
-	int (*ctx_open)(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, void **bctx);
+	 * connections; size the CQ(s) for it. flags: WIMM_CTX_*. Errors:
+	 * NODEV, NOTSUP, PROVIDER. `ctx` is for wimm_ctx_set_provider_error(). */
+	int (*ctx_open)(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
+			void **bctx);
 	void (*ctx_close)(void *bctx);
 	/* Canonical name of the opened fabric, e.g. "ofi:tcp", "verbs:rxe0". */
 	const char *(*ctx_fabric)(void *bctx);

@@ -140,6 +140,9 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	uint32_t budget = 3 * opts->depth + 256;
 	struct wimm_ctx_attr attr = {
 		.cq_budget = budget > 4096 ? budget : 0,
+		/* A spinning benchmark never sleeps: like fi_pingpong's and
+		 * perftest's default, it needs no wake-up signalling. */
+		.flags = opts->wait_mode == WIMM_WAIT_SPIN ? WIMM_CTX_POLLING : 0,
 	};
 	int rc = wimm_ctx_open(opts->fabric, &attr, &ep->ctx);
 	if (rc < 0)

@@ -121,9 +121,11 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 	struct wimm_ctx *ctx;
 	int ret;
 
-	if (!uri || !out)
+	if (!out)
 		return WIMM_E_INVAL;
 	*out = NULL;
+	if (!uri || (attr && (attr->flags & ~WIMM_CTX_POLLING)))
+		return WIMM_E_INVAL;
 	if (strcmp(uri, "auto") == 0) {
 		resolve_auto(resolved, sizeof(resolved));
 		uri = resolved;
@@ -154,7 +156,7 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 		goto err_free_ctx;
 	}
 	/* The backend records its errors on ctx; copy them out on failure. */
-	ret = ops->ctx_open(ctx, spec, ctx->cq_budget, &ctx->bctx);
+	ret = ops->ctx_open(ctx, spec, ctx->cq_budget, attr ? attr->flags : 0, &ctx->bctx);
 	if (ret) {
 		wimm_ctx_set_provider_error(NULL, ctx->prov_err, ctx->prov_text);
 		goto err_close_epoll;

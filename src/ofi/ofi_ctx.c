@@ -135,7 +135,8 @@ static void ofi_tune_env(void)
 	setenv("FI_TCP_NODELAY", "1", 0);
 }
 
-static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, void **bctx)
+static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget,
+			unsigned flags, void **bctx)
 {
 	struct ofi_ctx *x;
 	struct fid_cq *probe;
@@ -184,8 +185,9 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 		ret = ofi_errno_err(x, errno, "epoll_create1", WIMM_E_PROVIDER);
 		goto err_close_null_mr;
 	}
-	/* Does the provider give CQs a wait fd? (tcp: yes; shm 1.17: no.) */
-	if (!fi_cq_open(x->domain, &cqa, &probe, NULL)) {
+	/* Does the provider give CQs a wait fd? (tcp: yes; shm 1.17: no.) A
+	 * polling context does without: tcp signals the fd on every completion. */
+	if (!(flags & WIMM_CTX_POLLING) && !fi_cq_open(x->domain, &cqa, &probe, NULL)) {
 		x->cq_wait_fd = 1;
 		fi_close(&probe->fid);
 	}
