@@ -319,10 +319,10 @@ int ofi_arm(void *bctx)
 	if (!x->cq_wait_fd) {
 		uint64_t ticks;
 
-		/* Reset the tick; the next one wakes the sleeper within 1 ms. */
+		/* Reset the tick; the next one wakes the sleeper within 1 ms.
+		 * EQ fds (tcp's CM) still need fi_trywait below to go quiet. */
 		while (read(x->timerfd, &ticks, sizeof(ticks)) > 0)
 			;
-		return 0;
 	}
 	if (!x->nfids)
 		return 0;

@@ -206,9 +206,15 @@ const char *conf_ev_name(enum wimm_event_type t)
 
 /* ---------------------------------------------------------------- pairs */
 
+/* WIMM_TEST_POLLING=1 runs the pairs' contexts with WIMM_CTX_POLLING, so
+ * the suite also proves that its blocking waits and fd still wake up. */
 static int open_ctx(const char *uri, struct wimm_ctx **ctx)
 {
-	int rc = wimm_ctx_open(uri, NULL, ctx);
+	const char *polling = getenv("WIMM_TEST_POLLING");
+	struct wimm_ctx_attr attr = {
+		.flags = polling && strcmp(polling, "1") == 0 ? WIMM_CTX_POLLING : 0,
+	};
+	int rc = wimm_ctx_open(uri, &attr, ctx);
 
 	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
 		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
