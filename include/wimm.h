@@ -102,6 +102,11 @@ struct wimm_ctx_attr {
 	uint32_t spin_us;
 	/* WIMM_CTX_* */
 	unsigned flags;
+	/* How long a post with WIMM_F_WAIT may wait for a credit or a send
+	 * slot before it fails with WIMM_E_TIMEDOUT (nothing posted); 0 = no
+	 * limit (a peer that never polls then stalls the sender, as a TCP
+	 * peer that never reads does). */
+	uint32_t post_wait_ms;
 };
 
 /* Open a fabric context by URI:
@@ -231,7 +236,8 @@ enum wimm_op_flags {
 	 * waiting it hands back the receive slots of doorbells this
 	 * connection already returned from poll/wait (their SEND_IMM data
 	 * pointers become invalid, as at the next poll), so two peers sending
-	 * to each other cannot stall. Events that arrive meanwhile are kept. */
+	 * to each other cannot stall. Events that arrive meanwhile are kept.
+	 * Bounded by wimm_ctx_attr.post_wait_ms (WIMM_E_TIMEDOUT). */
 	WIMM_F_WAIT = 1u << 1,
 };
 

@@ -409,6 +409,9 @@ static int wait_step(struct wimm_conn *c, struct backoff *b)
 	if (b->start_ns == 0)
 		b->start_ns = t;
 	int64_t waited = t - b->start_ns;
+	uint32_t limit_ms = wimm_ctx_post_wait_ms(c->ctx);
+	if (limit_ms && waited >= (int64_t)limit_ms * 1000000)
+		return WIMM_E_TIMEDOUT;
 	int64_t spin_ns = (int64_t)wimm_ctx_spin_us(c->ctx) * 1000;
 	if (waited < spin_ns)
 		return 0;

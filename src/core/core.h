@@ -19,6 +19,7 @@ int wimm_ctx_progress_into_backlog(struct wimm_ctx *ctx);
  * arm-then-recheck rule. Returns 0 or a negative error. */
 int wimm_ctx_block(struct wimm_ctx *ctx, int timeout_ms);
 uint32_t wimm_ctx_spin_us(const struct wimm_ctx *ctx);
+uint32_t wimm_ctx_post_wait_ms(const struct wimm_ctx *ctx);
 /* Listener fds join the context's epoll set so waits see requests. */
 int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int fd, int add);
 /* Forget every queued event of a connection being deleted. */

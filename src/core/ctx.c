@@ -33,6 +33,7 @@ struct wimm_ctx {
 	uint32_t cq_budget;
 	uint32_t cq_used;
 	uint32_t spin_us;
+	uint32_t post_wait_ms;
 	int objects; /* regions, listeners, connections still alive */
 	int prov_err;
 	char prov_text[256];
@@ -149,6 +150,7 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 	ctx->ops = ops;
 	ctx->cq_budget = attr && attr->cq_budget ? attr->cq_budget : DEFAULT_CQ_BUDGET;
 	ctx->spin_us = attr && attr->spin_us ? attr->spin_us : DEFAULT_SPIN_US;
+	ctx->post_wait_ms = attr ? attr->post_wait_ms : 0;
 	ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ctx->epfd < 0) {
 		wimm_ctx_set_provider_error(NULL, errno, strerror(errno));
@@ -224,6 +226,11 @@ void *wimm_ctx_bctx(const struct wimm_ctx *ctx)
 uint32_t wimm_ctx_spin_us(const struct wimm_ctx *ctx)
 {
 	return ctx->spin_us;
+}
+
+uint32_t wimm_ctx_post_wait_ms(const struct wimm_ctx *ctx)
+{
+	return ctx->post_wait_ms;
 }
 
 void wimm_ctx_count_object(struct wimm_ctx *ctx, int delta)

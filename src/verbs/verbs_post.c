@@ -280,25 +280,38 @@ static int64_t verbs_coarse_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
+/* Completions of the CQ into out, up to n; stops when the CQ is empty. */
+static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 {
-	struct verbs_ctx *vc = bctx;
 	struct ibv_wc wc[VERBS_POLL_BATCH];
-	int got = 0, want = 0, k = 0, i;
-	int64_t now;
+	int got = 0;
 
-	while (got < n && vc->stash_pos < vc->stash_n)
-		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
 	while (got < n) {
-		want = n - got < VERBS_POLL_BATCH ? n - got : VERBS_POLL_BATCH;
-		k = ibv_poll_cq(vc->cq, want, wc);
+		int want = n - got < VERBS_POLL_BATCH ? n - got : VERBS_POLL_BATCH;
+		int k = ibv_poll_cq(vc->cq, want, wc);
+
 		if (k < 0)
 			return verbs_err(vc, WIMM_E_PROVIDER, k, "ibv_poll_cq failed");
-		for (i = 0; i < k; i++)
+		for (int i = 0; i < k; i++)
 			got += verbs_decode(vc, &wc[i], &out[got]);
 		if (k < want)
 			break;
 	}
+	return got;
+}
+
+int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
+{
+	struct verbs_ctx *vc = bctx;
+	int64_t now;
+	int got = 0;
+
+	while (got < n && vc->stash_pos < vc->stash_n)
+		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
+	int k = verbs_drain(vc, &out[got], n - got);
+	if (k < 0)
+		return k;
+	got += k;
 	if (got == n)
 		return got;
 	/* the CQ is drained: now the control channels, at most once per
@@ -309,7 +322,16 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 		vc->last_ctl_ms = now;
 		verbs_control(vc);
 	}
-	if (vc->down_pending)
-		got += verbs_emit_down(vc, &out[got], n - got);
+	if (vc->down_pending) {
+		/* A peer's last messages complete here before its disconnect
+		 * reaches the CM channel: take what the CQ holds now, so the
+		 * DISCONNECT follows them, and report it once the CQ is empty. */
+		k = verbs_drain(vc, &out[got], n - got);
+		if (k < 0)
+			return got ? got : k;
+		got += k;
+		if (got < n)
+			got += verbs_emit_down(vc, &out[got], n - got);
+	}
 	return got;
 }

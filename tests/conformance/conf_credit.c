@@ -273,9 +273,45 @@ out:
 	pair_close(&p);
 }
 
+/* wimm_ctx_attr.post_wait_ms bounds WIMM_F_WAIT: a peer that never polls
+ * costs the sender that long, then WIMM_E_TIMEDOUT with nothing posted. */
+static void t_credits_wait_limit(const char *uri)
+{
+	struct wimm_conn_attr sattr = {.rx_depth = 4}, cattr = {0};
+	struct wimm_ctx_attr limited = {.post_wait_ms = 200};
+	struct pair p;
+
+	memset(&p, 0, sizeof(p));
+	int rc = wimm_ctx_open(uri, NULL, &p.sctx);
+	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
+		conf_skip("fabric not available");
+		goto out;
+	}
+	CHECK_OK(rc);
+	CHECK_OK(wimm_ctx_open(uri, &limited, &p.cctx));
+	if (pair_connect(&p, &sattr, &cattr))
+		goto out;
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK_OK(wimm_write_imm(p.c, NULL, 0, 0, 0, i, 0));
+	int64_t t0 = conf_now_ms();
+	CHECK_RC(wimm_write_imm(p.c, NULL, 0, 0, 0, 4, WIMM_F_WAIT), WIMM_E_TIMEDOUT);
+	int64_t waited = conf_now_ms() - t0;
+	conf_diag("WIMM_F_WAIT gave up after %lld ms (limit 200 ms)", (long long)waited);
+	CHECKF(waited >= 190 && waited <= 200 + 1000 * conf_scale(),
+	       "WIMM_F_WAIT gave up after %lld ms, limit 200 ms", (long long)waited);
+	/* Nothing of the refused doorbell went out: exactly 4 arrive. */
+	int n = drain_events(p.sctx, p.cctx, 300);
+	CHECKF(n == 4, "the peer got %d doorbells, want 4", n);
+	/* Credits came back with that poll: the next wait succeeds. */
+	CHECK_OK(wimm_write_imm(p.c, NULL, 0, 0, 0, 4, WIMM_F_WAIT));
+out:
+	pair_close(&p);
+}
+
 const struct conf_test conf_tests_credit[] = {
     {"credits", t_credits, 0},
     {"credits_wait", t_credits_wait, 0},
+    {"credits_wait_limit", t_credits_wait_limit, 0},
     {"flood", t_flood, 120},
     {NULL, NULL, 0},
 };
