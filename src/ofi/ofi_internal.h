@@ -45,6 +45,7 @@ struct ofi_ctx {
 	struct ofi_conn *rr;		/* where the next poll() starts */
 	uint32_t nconns;
 	uint64_t ctrl_next_ns;
+	uint32_t empty_polls;		/* see ofi_poll */
 	struct fid **fids;		/* CQs and EQs for fi_trywait */
 	size_t nfids;
 };
