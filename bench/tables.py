@@ -138,9 +138,9 @@ def softroce_report(args):
           f"iterations per latency run, {args.rate_iters} messages per rate run; "
           f"{args.repeats} rounds alternating the tools, each figure the median over the "
           "rounds. One-way latency in µs: perftest's t_typical (its median) and wimm's median; "
-          "both halve the round trip. perftest times with the TSC, wimm with "
-          f"clock_gettime (guest clocksource: {args.clocksource}). The guest is slow and "
-          "noisy: compare only within this run.\n")
+          "both halve the round trip. Both stamp iterations with the TSC (wimm converts "
+          "by the loop's clock_gettime time; guest clocksource: "
+          f"{args.clocksource}). The guest is slow and noisy: compare only within this run.\n")
     lat_rows = []
     for size in (8, 1200):
         for op in STRATEGIES:
