@@ -90,6 +90,18 @@ struct wimm_cqe {
 	int prov_err; /* ibv_wc_status, -fi_errno, errno */
 };
 
+/* The one way a backend reports a lost connection. */
+static inline void wimm_cqe_conn_down(struct wimm_cqe *e, struct wimm_conn *conn, int status,
+				      int prov_err)
+{
+	*e = (struct wimm_cqe){
+		.kind = WIMM_CQE_CONN_DOWN,
+		.conn = conn,
+		.status = status,
+		.prov_err = prov_err,
+	};
+}
+
 struct wimm_backend_ops {
 	const char *scheme; /* "ofi", "verbs" */
 

@@ -248,12 +248,7 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 		got += ofi_conn_read_cq(c, out + got, n - got);
 	/* The connection's last word: after whatever completed before it died. */
 	if (got < n && c->down_pending) {
-		memset(&out[got], 0, sizeof(out[got]));
-		out[got].kind = WIMM_CQE_CONN_DOWN;
-		out[got].conn = c->core;
-		out[got].status = c->down_status;
-		out[got].prov_err = c->down_prov;
-		got++;
+		wimm_cqe_conn_down(&out[got++], c->core, c->down_status, c->down_prov);
 		c->down_pending = 0;
 		c->down_reported = 1;
 	}

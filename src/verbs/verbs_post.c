@@ -255,12 +255,7 @@ static int verbs_emit_down(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 			continue;
 		c->down = 2;
 		vc->down_pending--;
-		memset(&out[got], 0, sizeof(out[got]));
-		out[got].kind = WIMM_CQE_CONN_DOWN;
-		out[got].conn = c->core;
-		out[got].status = c->down_status;
-		out[got].prov_err = c->down_prov;
-		got++;
+		wimm_cqe_conn_down(&out[got++], c->core, c->down_status, c->down_prov);
 		rdma_disconnect(c->id);
 		c->established = 0;
 	}
