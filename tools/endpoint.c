@@ -51,12 +51,12 @@ _Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...)
 	vreport(fmt, ap);
 	va_end(ap);
 	fprintf(stderr, ": %s (%s)", wimm_strerror(err), wimm_err_name(err));
-	if (ctx != NULL) {
-		const char *text = NULL;
-		int prov_err = wimm_provider_error(ctx, &text);
-		if (prov_err != 0 || (text != NULL && text[0] != '\0'))
-			fprintf(stderr, "; provider: %s (%d)", text != NULL ? text : "", prov_err);
-	}
+	/* With no context (wimm_ctx_open failed) this is the thread's last
+	 * context-less failure: why the fabric could not be opened. */
+	const char *text = NULL;
+	int prov_err = wimm_provider_error(ctx, &text);
+	if (prov_err != 0 || (text != NULL && text[0] != '\0'))
+		fprintf(stderr, "; provider: %s (%d)", text != NULL ? text : "", prov_err);
 	fputc('\n', stderr);
 	end_process();
 }

@@ -70,6 +70,23 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	return h;
 }
 
+/* Would the provider match if we accepted FI_RX_CQ_DATA mode (libfabric's
+ * verbs provider does)? Only to name the reason in the error. */
+static int ofi_needs_rx_cq_data(const char *prov)
+{
+	struct fi_info *hints = ofi_hints(prov, FI_EP_UNSPEC);
+	struct fi_info *list = NULL;
+	int found;
+
+	if (!hints)
+		return 0;
+	hints->mode = FI_RX_CQ_DATA;
+	found = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list) == 0;
+	fi_freeinfo(list);
+	fi_freeinfo(hints);
+	return found;
+}
+
 /* fi_getinfo for the provider: native MSG endpoints first (tcp's MSG beats
  * tcp;ofi_rxm on latency), else RDM. Only infos with remote CQ data count. */
 static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
@@ -101,8 +118,13 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 		}
 		fi_freeinfo(list);
 	}
-	wimm_ctx_set_provider_error(x->core, last, "no libfabric provider of that name "
-				    "with RMA and remote CQ data");
+	wimm_ctx_set_provider_error(x->core, last,
+				    ofi_needs_rx_cq_data(prov) ?
+					    "the provider needs FI_RX_CQ_DATA (a posted receive "
+					    "for each remote CQ data), which wimm's ofi backend does "
+					    "not offer; use the native verbs:<device> backend" :
+					    "no libfabric provider of that name with RMA and remote "
+					    "CQ data");
 	return WIMM_E_NODEV;
 }
 
