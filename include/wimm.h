@@ -37,28 +37,28 @@ extern "C" {
 /* ---------------------------------------------------------------- errors */
 
 /* Error codes. Values are stable; never compare against literals. */
-#define WIMM_ERRNO_MAP(X)                                                        \
-	X(INVAL, 1, "invalid argument")                                          \
-	X(NOMEM, 2, "out of memory")                                             \
-	X(AGAIN, 3, "resource temporarily unavailable (no credit or queue full)") \
-	X(RANGE, 4, "value does not fit its imm field")                          \
-	X(BOUNDS, 5, "offset or length outside the peer's window")              \
-	X(LOCAL_BOUNDS, 6, "offset or length outside the local region")         \
-	X(NOFABRIC, 7, "unknown fabric or backend not built")                   \
-	X(NODEV, 8, "no such device or provider")                                \
-	X(ADDR, 9, "bad or unresolvable address")                                \
-	X(UNREACHABLE, 10, "peer unreachable or connection refused")            \
-	X(TIMEDOUT, 11, "timed out")                                             \
-	X(PROTO, 12, "malformed handshake")                                      \
-	X(VERSION, 13, "handshake version not supported")                       \
-	X(DISCONNECTED, 14, "connection closed or peer dead")                   \
-	X(NOWINDOW, 15, "peer exposes no window")                                \
-	X(NOTSUP, 16, "operation not supported by this fabric")                 \
-	X(PROVIDER, 17, "provider error (see wimm_provider_error)")             \
-	X(TOOBIG, 18, "length exceeds the fabric's maximum message")            \
-	X(BUSY, 19, "object still in use")                                      \
-	X(NORECV, 20, "peer posts no receive buffers for send-with-imm")        \
-	X(TRUNC, 21, "message longer than the peer's receive buffer")           \
+#define WIMM_ERRNO_MAP(X)                                                                          \
+	X(INVAL, 1, "invalid argument")                                                            \
+	X(NOMEM, 2, "out of memory")                                                               \
+	X(AGAIN, 3, "resource temporarily unavailable (no credit or queue full)")                  \
+	X(RANGE, 4, "value does not fit its imm field")                                            \
+	X(BOUNDS, 5, "offset or length outside the peer's window")                                 \
+	X(LOCAL_BOUNDS, 6, "offset or length outside the local region")                            \
+	X(NOFABRIC, 7, "unknown fabric or backend not built")                                      \
+	X(NODEV, 8, "no such device or provider")                                                  \
+	X(ADDR, 9, "bad or unresolvable address")                                                  \
+	X(UNREACHABLE, 10, "peer unreachable or connection refused")                               \
+	X(TIMEDOUT, 11, "timed out")                                                               \
+	X(PROTO, 12, "malformed handshake")                                                        \
+	X(VERSION, 13, "handshake version not supported")                                          \
+	X(DISCONNECTED, 14, "connection closed or peer dead")                                      \
+	X(NOWINDOW, 15, "peer exposes no window")                                                  \
+	X(NOTSUP, 16, "operation not supported by this fabric")                                    \
+	X(PROVIDER, 17, "provider error (see wimm_provider_error)")                                \
+	X(TOOBIG, 18, "length exceeds the fabric's maximum message")                               \
+	X(BUSY, 19, "object still in use")                                                         \
+	X(NORECV, 20, "peer posts no receive buffers for send-with-imm")                           \
+	X(TRUNC, 21, "message longer than the peer's receive buffer")                              \
 	X(PERM, 22, "region lacks the access this use needs")
 
 enum wimm_error {
@@ -76,7 +76,7 @@ const char *wimm_strerror(int err);
 /* ----------------------------------------------------------------- types */
 
 struct wimm_ctx;      /* a fabric context: device/provider, event queue */
-struct wimm_mr;       /* a registered memory region */
+struct wimm_mr;	      /* a registered memory region */
 struct wimm_listener; /* a passive endpoint accepting connections */
 struct wimm_conn;     /* a reliable connection to one peer */
 
@@ -128,7 +128,7 @@ const char *wimm_ctx_fabric(const struct wimm_ctx *ctx);
 
 /* Limits of the opened fabric. */
 struct wimm_fabric_limits {
-	size_t max_msg;     /* largest single operation, bytes */
+	size_t max_msg;	    /* largest single operation, bytes */
 	size_t inject_size; /* payloads up to this go inline (no source DMA) */
 	uint32_t imm_bytes; /* doorbell size the fabric carries natively */
 	uint32_t max_depth; /* largest send depth / receive window */
@@ -142,7 +142,7 @@ int wimm_provider_error(const struct wimm_ctx *ctx, const char **text);
 /* ------------------------------------------------------- memory regions */
 
 enum wimm_access {
-	WIMM_LOCAL = 0,              /* source or read target only */
+	WIMM_LOCAL = 0,		     /* source or read target only */
 	WIMM_REMOTE_WRITE = 1u << 0, /* peers may write (a window) */
 	WIMM_REMOTE_READ = 1u << 1,  /* peers may read */
 };
@@ -207,12 +207,12 @@ int wimm_conn_delete(struct wimm_conn **c);
 
 /* What the peer exposed and what this side may still post. */
 struct wimm_conn_info {
-	size_t peer_window_len; /* 0: the peer exposes no window */
+	size_t peer_window_len;	     /* 0: the peer exposes no window */
 	unsigned peer_window_access; /* WIMM_REMOTE_WRITE / _READ */
-	uint32_t peer_rx_depth;  /* initial credits */
-	uint32_t peer_recv_size; /* per-buffer bytes for send_imm */
-	uint32_t credits;        /* doorbells we may post right now */
-	int connected;           /* 0 once the peer is gone */
+	uint32_t peer_rx_depth;	     /* initial credits */
+	uint32_t peer_recv_size;     /* per-buffer bytes for send_imm */
+	uint32_t credits;	     /* doorbells we may post right now */
+	int connected;		     /* 0 once the peer is gone */
 };
 int wimm_conn_info(const struct wimm_conn *c, struct wimm_conn_info *out);
 void *wimm_conn_user(const struct wimm_conn *c);
@@ -254,8 +254,8 @@ int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, siz
 		   size_t len, uint32_t imm, unsigned flags);
 
 /* Plain RDMA write: no doorbell, no credit. Same errors as write_imm. */
-int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
-	       size_t len, unsigned flags);
+int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off, size_t len,
+	       unsigned flags);
 
 /* Two-sided send into one of the peer's receive buffers, carrying imm; the
  * peer gets WIMM_EV_SEND_IMM with the bytes. Consumes one credit. Errors as
@@ -268,27 +268,27 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
  * dst[dst_off..]. Completion: WIMM_EV_SEND_DONE (op READ) when signaled;
  * without WIMM_F_SIGNAL the caller cannot know when the bytes are there, so
  * read is always signaled. Errors as write (PERM if not readable). */
-int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off,
-	      size_t len, unsigned flags);
+int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
+	      unsigned flags);
 
 /* ----------------------------------------------------------------- events */
 
 enum wimm_event_type {
-	WIMM_EV_WRITE_IMM = 1, /* peer's write-with-imm landed: imm, len */
-	WIMM_EV_SEND_IMM = 2,  /* peer's send-with-imm: imm, len, data */
-	WIMM_EV_SEND_DONE = 3, /* a signaled local operation completed: op, op_seq */
+	WIMM_EV_WRITE_IMM = 1,	/* peer's write-with-imm landed: imm, len */
+	WIMM_EV_SEND_IMM = 2,	/* peer's send-with-imm: imm, len, data */
+	WIMM_EV_SEND_DONE = 3,	/* a signaled local operation completed: op, op_seq */
 	WIMM_EV_DISCONNECT = 4, /* the peer closed or died; status says why */
-	WIMM_EV_ERROR = 5,      /* a local operation failed: op, op_seq, status */
-	WIMM_EV_CONNECT = 6,    /* a listener has a pending request: wimm_accept it */
+	WIMM_EV_ERROR = 5,	/* a local operation failed: op, op_seq, status */
+	WIMM_EV_CONNECT = 6,	/* a listener has a pending request: wimm_accept it */
 };
 
 struct wimm_event {
 	enum wimm_event_type type;
-	struct wimm_conn *conn;         /* NULL for CONNECT */
+	struct wimm_conn *conn;		/* NULL for CONNECT */
 	struct wimm_listener *listener; /* CONNECT only */
-	void *user;                     /* the connection's attr.user */
-	uint32_t imm;                   /* host order */
-	uint32_t len;                   /* bytes written / sent / read */
+	void *user;			/* the connection's attr.user */
+	uint32_t imm;			/* host order */
+	uint32_t len;			/* bytes written / sent / read */
 	/* SEND_IMM: the received bytes, valid until the next poll or wait call
 	 * on this context (the buffer is then handed back to the peer). */
 	const void *data;
@@ -306,8 +306,8 @@ struct wimm_event {
 int wimm_poll(struct wimm_ctx *ctx, struct wimm_event *ev, int n);
 
 enum wimm_wait_mode {
-	WIMM_WAIT_SPIN = 0,     /* busy-poll until an event or the timeout */
-	WIMM_WAIT_BLOCK = 1,    /* arm, poll again, then sleep in the kernel */
+	WIMM_WAIT_SPIN = 0,	/* busy-poll until an event or the timeout */
+	WIMM_WAIT_BLOCK = 1,	/* arm, poll again, then sleep in the kernel */
 	WIMM_WAIT_ADAPTIVE = 2, /* spin attr.spin_us, then block */
 };
 

@@ -41,46 +41,46 @@ struct wimm_bmr {
 	void *addr;
 	size_t len;
 	unsigned access; /* WIMM_LOCAL / WIMM_REMOTE_* */
-	uint64_t key;    /* remote key the peer uses (rkey / fi_mr_key) */
-	void *desc;      /* local descriptor for posts (fi_mr_desc / ibv_mr *) */
-	void *priv;      /* backend's own handle (ibv_mr * / fid_mr *) */
+	uint64_t key;	 /* remote key the peer uses (rkey / fi_mr_key) */
+	void *desc;	 /* local descriptor for posts (fi_mr_desc / ibv_mr *) */
+	void *priv;	 /* backend's own handle (ibv_mr * / fid_mr *) */
 };
 
 /* Per-connection sizing the core hands to conn_new(). */
 struct wimm_conn_cfg {
 	struct wimm_conn *core; /* tag every completion of this conn with it */
-	uint32_t rx_depth;      /* receive slots to keep posted */
-	uint32_t recv_size;     /* bytes per receive slot (0: zero-length slots) */
-	uint32_t sq_depth;      /* user operations that may be outstanding */
-	uint32_t sq_reserve;    /* extra send slots for the core's credit writes */
+	uint32_t rx_depth;	/* receive slots to keep posted */
+	uint32_t recv_size;	/* bytes per receive slot (0: zero-length slots) */
+	uint32_t sq_depth;	/* user operations that may be outstanding */
+	uint32_t sq_reserve;	/* extra send slots for the core's credit writes */
 };
 
 /* A work request, already bounds-checked and resolved by the core. */
 struct wimm_wr {
 	enum wimm_op op;
-	void *local;                 /* source (write/send) or target (read) */
+	void *local; /* source (write/send) or target (read) */
 	size_t len;
-	const struct wimm_bmr *lmr;  /* region of `local`; NULL only if len == 0 */
-	uint64_t raddr;              /* remote address (write/read) */
-	uint64_t rkey;               /* remote key (write/read) */
-	uint32_t imm;                /* host order (WRITE_IMM / SEND_IMM) */
-	int signal;                  /* report success as WIMM_CQE_SEND_DONE */
-	int internal;                /* core's credit write: may use sq_reserve */
-	uint64_t op_seq;             /* echoed in the completion */
+	const struct wimm_bmr *lmr; /* region of `local`; NULL only if len == 0 */
+	uint64_t raddr;		    /* remote address (write/read) */
+	uint64_t rkey;		    /* remote key (write/read) */
+	uint32_t imm;		    /* host order (WRITE_IMM / SEND_IMM) */
+	int signal;		    /* report success as WIMM_CQE_SEND_DONE */
+	int internal;		    /* core's credit write: may use sq_reserve */
+	uint64_t op_seq;	    /* echoed in the completion */
 };
 
 enum wimm_cqe_kind {
 	WIMM_CQE_RECV_WRITE_IMM = 1, /* peer's write-with-imm: imm, len */
-	WIMM_CQE_RECV_SEND_IMM,      /* peer's send-with-imm: imm, len, data */
-	WIMM_CQE_SEND_DONE,          /* a signaled op completed: op, op_seq */
-	WIMM_CQE_SEND_ERROR,         /* an op failed: op, op_seq, status, prov_err */
-	WIMM_CQE_CONN_DOWN,          /* connection lost: status, prov_err */
+	WIMM_CQE_RECV_SEND_IMM,	     /* peer's send-with-imm: imm, len, data */
+	WIMM_CQE_SEND_DONE,	     /* a signaled op completed: op, op_seq */
+	WIMM_CQE_SEND_ERROR,	     /* an op failed: op, op_seq, status, prov_err */
+	WIMM_CQE_CONN_DOWN,	     /* connection lost: status, prov_err */
 };
 
 struct wimm_cqe {
 	enum wimm_cqe_kind kind;
 	struct wimm_conn *conn; /* the cfg.core given at conn_new */
-	uint32_t imm;           /* host order */
+	uint32_t imm;		/* host order */
 	uint32_t len;
 	const void *data; /* RECV_SEND_IMM: slot bytes, valid until rx_release */
 	enum wimm_op op;
@@ -95,10 +95,10 @@ static inline void wimm_cqe_conn_down(struct wimm_cqe *e, struct wimm_conn *conn
 				      int prov_err)
 {
 	*e = (struct wimm_cqe){
-		.kind = WIMM_CQE_CONN_DOWN,
-		.conn = conn,
-		.status = status,
-		.prov_err = prov_err,
+	    .kind = WIMM_CQE_CONN_DOWN,
+	    .conn = conn,
+	    .status = status,
+	    .prov_err = prov_err,
 	};
 }
 
@@ -183,8 +183,7 @@ void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char 
 
 /* Split "host:port" / "[v6]:port" / ":port" into host and port strings.
  * WIMM_E_ADDR when malformed. */
-int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port,
-			size_t port_len);
+int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
 
 /* Millisecond monotonic clock, for timeouts. */
 int64_t wimm_now_ms(void);

@@ -122,10 +122,10 @@ static uint32_t sq_depth_for(const struct bench_opts *opts, uint32_t max_depth)
 static struct wimm_conn_attr conn_attr(const struct endpoint *ep)
 {
 	return (struct wimm_conn_attr){
-		.window = ep->window_mr,
-		.rx_depth = ep->opts->depth,
-		.recv_size = recv_size_for(ep->opts),
-		.sq_depth = ep->sq_depth,
+	    .window = ep->window_mr,
+	    .rx_depth = ep->opts->depth,
+	    .recv_size = recv_size_for(ep->opts),
+	    .sq_depth = ep->sq_depth,
 	};
 }
 
@@ -139,10 +139,10 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	 * some slack for the library's own credit writes. */
 	uint32_t budget = 3 * opts->depth + 256;
 	struct wimm_ctx_attr attr = {
-		.cq_budget = budget > 4096 ? budget : 0,
-		/* A spinning benchmark never sleeps: like fi_pingpong's and
-		 * perftest's default, it needs no wake-up signalling. */
-		.flags = opts->wait_mode == WIMM_WAIT_SPIN ? WIMM_CTX_POLLING : 0,
+	    .cq_budget = budget > 4096 ? budget : 0,
+	    /* A spinning benchmark never sleeps: like fi_pingpong's and
+	     * perftest's default, it needs no wake-up signalling. */
+	    .flags = opts->wait_mode == WIMM_WAIT_SPIN ? WIMM_CTX_POLLING : 0,
 	};
 	int rc = wimm_ctx_open(opts->fabric, &attr, &ep->ctx);
 	if (rc < 0)

@@ -12,10 +12,10 @@
 #define CLI_MAX_DEPTH 65536u
 
 static const char *const op_names[] = {
-	[OP_WRITE_IMM] = "write_imm",
-	[OP_WRITE_SEND] = "write_send",
-	[OP_SEND_IMM] = "send_imm",
-	[OP_WRITE_POLL] = "write_poll",
+    [OP_WRITE_IMM] = "write_imm",
+    [OP_WRITE_SEND] = "write_send",
+    [OP_SEND_IMM] = "send_imm",
+    [OP_WRITE_POLL] = "write_poll",
 };
 
 const char *bench_op_name(enum bench_op op)
@@ -148,25 +148,25 @@ enum long_only_flag {
 void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out)
 {
 	static const struct option long_options[] = {
-		{"json", no_argument, NULL, FLAG_JSON},
-		{"self", no_argument, NULL, FLAG_SELF},
-		{"wait", required_argument, NULL, FLAG_WAIT},
-		{"timeout", required_argument, NULL, FLAG_TIMEOUT},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"json", no_argument, NULL, FLAG_JSON},
+	    {"self", no_argument, NULL, FLAG_SELF},
+	    {"wait", required_argument, NULL, FLAG_WAIT},
+	    {"timeout", required_argument, NULL, FLAG_TIMEOUT},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int warmup_given = 0;
 	unsigned long long timeout_s = CLI_DEFAULT_TIMEOUT_S;
 
 	*out = (struct bench_opts){
-		.mode = mode,
-		.fabric = "auto",
-		.op = OP_WRITE_IMM,
-		.size = 8,
-		.iters = mode == BENCH_PINGPONG ? 10000 : 100000,
-		.port = CLI_DEFAULT_PORT,
-		.wait_mode = WIMM_WAIT_SPIN,
-		.depth = CLI_DEFAULT_DEPTH,
+	    .mode = mode,
+	    .fabric = "auto",
+	    .op = OP_WRITE_IMM,
+	    .size = 8,
+	    .iters = mode == BENCH_PINGPONG ? 10000 : 100000,
+	    .port = CLI_DEFAULT_PORT,
+	    .wait_mode = WIMM_WAIT_SPIN,
+	    .depth = CLI_DEFAULT_DEPTH,
 	};
 	optind = 1;
 	opterr = 0; /* our own message, then the usage */

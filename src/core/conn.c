@@ -123,11 +123,11 @@ static int conn_alloc(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, v
 
 	wimm_credit_rx_init(&c->rx, rx_depth, 0);
 	struct wimm_conn_cfg cfg = {
-		.core = c,
-		.rx_depth = rx_depth,
-		.recv_size = attr->recv_size,
-		.sq_depth = sq_depth,
-		.sq_reserve = SQ_RESERVE,
+	    .core = c,
+	    .rx_depth = rx_depth,
+	    .recv_size = attr->recv_size,
+	    .sq_depth = sq_depth,
+	    .sq_reserve = SQ_RESERVE,
 	};
 	ret = ops->conn_new(wimm_ctx_bctx(ctx), breq, &cfg, &c->bconn);
 	if (ret)
@@ -173,8 +173,9 @@ static int local_handshake(struct wimm_conn *c, uint8_t *buf, size_t cap)
 	hs.rx_depth = c->rx.depth;
 	if (c->window) {
 		const struct wimm_bmr *b = wimm_mr_bmr(c->window);
-		hs.flags = (uint8_t)(((b->access & WIMM_REMOTE_WRITE) ? WIMM_HS_F_WINDOW_WRITE : 0) |
-				     ((b->access & WIMM_REMOTE_READ) ? WIMM_HS_F_WINDOW_READ : 0));
+		hs.flags =
+		    (uint8_t)(((b->access & WIMM_REMOTE_WRITE) ? WIMM_HS_F_WINDOW_WRITE : 0) |
+			      ((b->access & WIMM_REMOTE_READ) ? WIMM_HS_F_WINDOW_READ : 0));
 		hs.window_addr = (uint64_t)(uintptr_t)b->addr + c->window_off;
 		hs.window_len = c->window_len;
 		hs.window_key = b->key;
@@ -255,8 +256,8 @@ err_free_conn:
 	return ret;
 }
 
-int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const uint8_t *hs,
-			     size_t hs_len, int timeout_ms, struct wimm_conn **out)
+int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const uint8_t *hs, size_t hs_len,
+			     int timeout_ms, struct wimm_conn **out)
 {
 	struct wimm_ctx *ctx = wimm_listener_ctx(l);
 	const struct wimm_backend_ops *ops = wimm_ctx_ops(ctx);
@@ -322,8 +323,9 @@ int wimm_conn_info(const struct wimm_conn *c, struct wimm_conn_info *out)
 		return WIMM_E_INVAL;
 	memset(out, 0, sizeof(*out));
 	out->peer_window_len = (size_t)c->peer.window_len;
-	out->peer_window_access = ((c->peer.flags & WIMM_HS_F_WINDOW_WRITE) ? WIMM_REMOTE_WRITE : 0) |
-				  ((c->peer.flags & WIMM_HS_F_WINDOW_READ) ? WIMM_REMOTE_READ : 0);
+	out->peer_window_access =
+	    ((c->peer.flags & WIMM_HS_F_WINDOW_WRITE) ? WIMM_REMOTE_WRITE : 0) |
+	    ((c->peer.flags & WIMM_HS_F_WINDOW_READ) ? WIMM_REMOTE_READ : 0);
 	out->peer_rx_depth = c->peer.rx_depth;
 	out->peer_recv_size = c->peer.recv_size;
 	out->credits = wimm_credit_tx_available(&c->tx, peer_released(c));
@@ -339,8 +341,7 @@ void *wimm_conn_user(const struct wimm_conn *c)
 /* ------------------------------------------------------------- operations */
 
 /* Checks shared by every operation; nothing is posted when one fails. */
-static int check_local(const struct wimm_conn *c, const struct wimm_mr *mr, size_t off,
-		       size_t len)
+static int check_local(const struct wimm_conn *c, const struct wimm_mr *mr, size_t off, size_t len)
 {
 	if (len > c->limits.max_msg || len > UINT32_MAX)
 		return WIMM_E_TOOBIG;
@@ -492,8 +493,8 @@ static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_
 	}
 }
 
-static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src,
-			size_t src_off, size_t dst_off, size_t len, uint32_t imm, unsigned flags)
+static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+			size_t dst_off, size_t len, uint32_t imm, unsigned flags)
 {
 	int ret = check_conn(c, flags);
 	if (ret)
@@ -508,11 +509,11 @@ static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *sr
 			return ret;
 	}
 	struct wimm_wr wr = {
-		.op = op,
-		.raddr = c->peer.window_addr + dst_off,
-		.rkey = c->peer.window_key,
-		.imm = imm,
-		.signal = !!(flags & WIMM_F_SIGNAL),
+	    .op = op,
+	    .raddr = c->peer.window_addr + dst_off,
+	    .rkey = c->peer.window_key,
+	    .imm = imm,
+	    .signal = !!(flags & WIMM_F_SIGNAL),
 	};
 	fill_local(&wr, src, src_off, len);
 	return post(c, &wr, op == WIMM_OP_WRITE_IMM, flags);
@@ -524,8 +525,8 @@ int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, siz
 	return write_common(c, WIMM_OP_WRITE_IMM, src, src_off, dst_off, len, imm, flags);
 }
 
-int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
-	       size_t len, unsigned flags)
+int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off, size_t len,
+	       unsigned flags)
 {
 	return write_common(c, WIMM_OP_WRITE, src, src_off, dst_off, len, 0, flags);
 }
@@ -543,13 +544,14 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
 		return WIMM_E_NORECV;
 	if (len > c->peer.recv_size)
 		return WIMM_E_TRUNC;
-	struct wimm_wr wr = {.op = WIMM_OP_SEND_IMM, .imm = imm, .signal = !!(flags & WIMM_F_SIGNAL)};
+	struct wimm_wr wr = {
+	    .op = WIMM_OP_SEND_IMM, .imm = imm, .signal = !!(flags & WIMM_F_SIGNAL)};
 	fill_local(&wr, src, src_off, len);
 	return post(c, &wr, 1, flags);
 }
 
-int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off,
-	      size_t len, unsigned flags)
+int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
+	      unsigned flags)
 {
 	int ret = check_conn(c, flags);
 	if (ret)
@@ -562,10 +564,10 @@ int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t s
 		return ret;
 	/* A read is only useful with its completion: always signaled. */
 	struct wimm_wr wr = {
-		.op = WIMM_OP_READ,
-		.raddr = c->peer.window_addr + src_off,
-		.rkey = c->peer.window_key,
-		.signal = 1,
+	    .op = WIMM_OP_READ,
+	    .raddr = c->peer.window_addr + src_off,
+	    .rkey = c->peer.window_key,
+	    .signal = 1,
 	};
 	fill_local(&wr, dst, dst_off, len);
 	return post(c, &wr, 0, flags);
@@ -636,13 +638,13 @@ int wimm_conn_release(struct wimm_conn *c)
 	 * (newer) total. */
 	__atomic_store_n(&c->credit_words[CREDIT_OUT], c->rx.released, __ATOMIC_RELEASE);
 	struct wimm_wr wr = {
-		.op = WIMM_OP_WRITE,
-		.local = &c->credit_words[CREDIT_OUT],
-		.len = sizeof(uint64_t),
-		.lmr = wimm_mr_bmr(c->credit_mr),
-		.raddr = c->peer.credit_addr,
-		.rkey = c->peer.credit_key,
-		.internal = 1,
+	    .op = WIMM_OP_WRITE,
+	    .local = &c->credit_words[CREDIT_OUT],
+	    .len = sizeof(uint64_t),
+	    .lmr = wimm_mr_bmr(c->credit_mr),
+	    .raddr = c->peer.credit_addr,
+	    .rkey = c->peer.credit_key,
+	    .internal = 1,
 	};
 	int ret = ops_of(c)->post(c->bconn, &wr);
 	if (ret) {

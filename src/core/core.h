@@ -54,7 +54,7 @@ struct wimm_ctx *wimm_listener_ctx(const struct wimm_listener *l);
 void *wimm_listener_blis(const struct wimm_listener *l);
 
 /* conn.c: accept path used by listener.c */
-int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const uint8_t *hs,
-			     size_t hs_len, int timeout_ms, struct wimm_conn **out);
+int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const uint8_t *hs, size_t hs_len,
+			     int timeout_ms, struct wimm_conn **out);
 
 #endif

@@ -22,12 +22,12 @@
 
 struct wimm_credit_tx {
 	uint32_t peer_depth; /* the peer's receive window */
-	uint64_t sent;       /* doorbells posted so far */
+	uint64_t sent;	     /* doorbells posted so far */
 };
 
 struct wimm_credit_rx {
-	uint32_t depth;     /* our receive window */
-	uint32_t batch;     /* release this many before telling the peer */
+	uint32_t depth;	    /* our receive window */
+	uint32_t batch;	    /* release this many before telling the peer */
 	uint64_t delivered; /* doorbells handed to the application */
 	uint64_t released;  /* slots handed back to the receive queue */
 	uint64_t returned;  /* `released` as last written to the peer */

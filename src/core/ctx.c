@@ -10,12 +10,12 @@
 
 const struct wimm_backend_ops *const wimm_backends[] = {
 #ifdef WIMM_HAVE_VERBS
-	&wimm_verbs_ops,
+    &wimm_verbs_ops,
 #endif
 #ifdef WIMM_HAVE_OFI
-	&wimm_ofi_ops,
+    &wimm_ofi_ops,
 #endif
-	NULL,
+    NULL,
 };
 
 #define CQE_BATCH 32
@@ -241,7 +241,8 @@ void wimm_ctx_count_object(struct wimm_ctx *ctx, int delta)
 int wimm_ctx_cq_reserve(struct wimm_ctx *ctx, uint32_t n)
 {
 	if (n > ctx->cq_budget - ctx->cq_used) {
-		wimm_ctx_set_provider_error(ctx, 0, "connection would exceed the context's cq_budget");
+		wimm_ctx_set_provider_error(ctx, 0,
+					    "connection would exceed the context's cq_budget");
 		return WIMM_E_AGAIN;
 	}
 	ctx->cq_used += n;
@@ -587,9 +588,9 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 	}
 	int64_t start = now_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
-	int64_t spin_until = mode == WIMM_WAIT_BLOCK    ? start
-			     : mode == WIMM_WAIT_SPIN   ? INT64_MAX
-							: start + (int64_t)ctx->spin_us * 1000;
+	int64_t spin_until = mode == WIMM_WAIT_BLOCK  ? start
+			     : mode == WIMM_WAIT_SPIN ? INT64_MAX
+						      : start + (int64_t)ctx->spin_us * 1000;
 	int spinning = mode != WIMM_WAIT_BLOCK;
 	for (unsigned empty = 1;; empty++) {
 		int got = poll_once(ctx, ev, n);

@@ -9,8 +9,7 @@ struct wimm_mr {
 	int exposed; /* live connections using it as their window */
 };
 
-int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access,
-		struct wimm_mr **out)
+int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access, struct wimm_mr **out)
 {
 	struct wimm_mr *mr;
 	int ret;

@@ -22,8 +22,7 @@ static int copy_part(char *dst, size_t cap, const char *src, size_t n)
 	return 0;
 }
 
-int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port,
-			size_t port_len)
+int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
 {
 	const char *colon;
 	const char *h = addr;

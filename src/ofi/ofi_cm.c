@@ -32,7 +32,7 @@ static int ofi_sockaddr_port(const struct sockaddr *sa)
 
 static int ofi_wait_fd(int fd, short events, int64_t deadline)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	struct pollfd p = {.fd = fd, .events = events};
 	int r;
 
 	do {
@@ -53,8 +53,8 @@ static int ofi_io_all(int fd, void *buf, size_t len, int64_t deadline, int out)
 
 		if (ret)
 			return ret;
-		r = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) :
-			  recv(fd, p, len, MSG_DONTWAIT);
+		r = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+			: recv(fd, p, len, MSG_DONTWAIT);
 		if (r == 0)
 			return -ECONNRESET;
 		if (r < 0) {
@@ -120,8 +120,8 @@ static int ofi_sock_code(int err)
 
 static int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE };
+	struct addrinfo hints = {
+	    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
 	struct addrinfo *res;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
@@ -162,7 +162,7 @@ static int ofi_pep_listen(struct ofi_lis *l, const char *host, const char *port,
 {
 	struct ofi_ctx *x = l->ctx;
 	struct fi_info *hints = ofi_hints(x->info->fabric_attr->prov_name, FI_EP_MSG);
-	struct fi_eq_attr eqa = { .size = 64, .wait_obj = FI_WAIT_FD };
+	struct fi_eq_attr eqa = {.size = 64, .wait_obj = FI_WAIT_FD};
 	struct sockaddr_storage ss;
 	size_t sl = sizeof(ss);
 	int ret;
@@ -228,8 +228,8 @@ int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int 
 		return WIMM_E_NOMEM;
 	l->ctx = x;
 	l->fd = -1;
-	ret = x->msg ? ofi_pep_listen(l, host, port, port_out) :
-		       ofi_sock_listen(l, host, port, port_out);
+	ret = x->msg ? ofi_pep_listen(l, host, port, port_out)
+		     : ofi_sock_listen(l, host, port, port_out);
 	if (ret) {
 		free(l);
 		return ret;
@@ -273,12 +273,12 @@ static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *re
 	for (;;) {
 		int wait = timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline);
 
-		r = wait ? fi_eq_sread(l->eq, &event, &u, sizeof(u), wait, 0) :
-			   fi_eq_read(l->eq, &event, &u, sizeof(u), 0);
+		r = wait ? fi_eq_sread(l->eq, &event, &u, sizeof(u), wait, 0)
+			 : fi_eq_read(l->eq, &event, &u, sizeof(u), 0);
 		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT)
 			return timeout_ms ? WIMM_E_TIMEDOUT : WIMM_E_AGAIN;
 		if (r == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
+			struct fi_eq_err_entry err = {0};
 
 			fi_eq_readerr(l->eq, &err, 0);
 			return ofi_err(l->ctx, -err.err, "listener event");
@@ -311,7 +311,7 @@ static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *r
 	int fd, ret;
 
 	for (;;) {
-		struct pollfd p = { .fd = l->fd, .events = POLLIN };
+		struct pollfd p = {.fd = l->fd, .events = POLLIN};
 		int r = poll(&p, 1, timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline));
 
 		if (r < 0 && errno == EINTR)
@@ -345,8 +345,8 @@ int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t
 	if (!req)
 		return WIMM_E_NOMEM;
 	req->sock = -1;
-	ret = l->pep ? ofi_pep_request(l, timeout_ms, req, hs, hs_len) :
-		       ofi_sock_request(l, timeout_ms, req, hs, hs_len);
+	ret = l->pep ? ofi_pep_request(l, timeout_ms, req, hs, hs_len)
+		     : ofi_sock_request(l, timeout_ms, req, hs, hs_len);
 	/* The EQ's wait fd stays readable until fi_trywait() resets it: rearm
 	 * it so the listener fd means "a request is pending" again. */
 	if (l->pep) {
@@ -399,7 +399,7 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline, uint8_t *rep
 			return WIMM_E_TIMEDOUT;
 		}
 		if (r == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
+			struct fi_eq_err_entry err = {0};
 
 			fi_eq_readerr(c->eq, &err, 0);
 			return ofi_err(c->ctx, -err.err, "connection");
@@ -460,7 +460,7 @@ static int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *po
 			    int64_t deadline)
 {
 	struct ofi_ctx *x = c->ctx;
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	struct addrinfo *res;
 	socklen_t el = sizeof(int);
 	int fd, ret, err = 0;
@@ -503,8 +503,8 @@ err_freeaddr:
 	return ret;
 }
 
-int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms)
+int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		uint8_t *reply, size_t *reply_len, int timeout_ms)
 {
 	struct ofi_conn *c = bconn;
 	int64_t deadline = ofi_deadline(timeout_ms);
@@ -560,9 +560,9 @@ static long ofi_addr_pid(const uint8_t *addr, size_t len)
 static void ofi_rdm_kick(struct ofi_conn *c)
 {
 	int64_t deadline = wimm_now_ms() + OFI_KICK_MS;
-	struct fi_rma_iov rma = { 0 };
-	struct fi_msg_rma m = { .addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1 };
-	struct timespec pause = { 0, 20000 };
+	struct fi_rma_iov rma = {0};
+	struct fi_msg_rma m = {.addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1};
+	struct timespec pause = {0, 20000};
 
 	while (fi_writemsg(c->ep, &m, FI_INJECT) == -FI_EAGAIN && wimm_now_ms() < deadline) {
 		ofi_conn_stash_cq(c);

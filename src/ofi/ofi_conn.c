@@ -23,8 +23,8 @@ static int ofi_conn_alloc_rx(struct ofi_conn *c)
 	}
 	for (uint32_t i = 0; i < c->rx_depth; i++)
 		c->slots[i].buf = c->rx_buf + (size_t)i * c->recv_size;
-	ret = fi_mr_reg(x->domain, c->rx_buf, bytes, FI_RECV, 0, x->prov_key ? 0 : x->next_key++,
-			0, &c->rx_mr, NULL);
+	ret = fi_mr_reg(x->domain, c->rx_buf, bytes, FI_RECV, 0, x->prov_key ? 0 : x->next_key++, 0,
+			&c->rx_mr, NULL);
 	if (ret) {
 		ret = ofi_err(x, ret, "fi_mr_reg (receive slots)");
 		goto err_free_slots;
@@ -43,11 +43,11 @@ err_free_buf:
 static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
 {
 	struct ofi_slot *s = &c->slots[pos % c->rx_depth];
-	struct iovec iov = { .iov_base = s->buf, .iov_len = c->recv_size };
+	struct iovec iov = {.iov_base = s->buf, .iov_len = c->recv_size};
 	void *desc = fi_mr_desc(c->rx_mr);
 	/* FI_SELECTIVE_COMPLETION on the bind covers receives too: ask. */
-	struct fi_msg m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-			    .addr = FI_ADDR_UNSPEC, .context = s };
+	struct fi_msg m = {
+	    .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = s};
 	ssize_t ret;
 
 	ret = fi_recvmsg(c->ep, &m, FI_COMPLETION);
@@ -81,14 +81,14 @@ int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info)
 
 	/* Our own accounting bounds what is outstanding; the provider queue
 	 * only has to be as deep as it can be. */
-	info->tx_attr->size = c->tx_max < x->info->tx_attr->size ? c->tx_max :
-								    x->info->tx_attr->size;
+	info->tx_attr->size =
+	    c->tx_max < x->info->tx_attr->size ? c->tx_max : x->info->tx_attr->size;
 	/* shm sizes the command queue peers write into by rx size, and every
 	 * RMA (two commands with CQ data) takes room there: keep its full
 	 * size. MSG endpoints need only the receive slots. */
 	if (x->msg)
-		info->rx_attr->size = c->rx_depth < x->info->rx_attr->size ?
-					      c->rx_depth : x->info->rx_attr->size;
+		info->rx_attr->size =
+		    c->rx_depth < x->info->rx_attr->size ? c->rx_depth : x->info->rx_attr->size;
 	else
 		info->rx_attr->size = x->info->rx_attr->size;
 	ret = fi_endpoint(x->domain, info, &c->ep, c);
@@ -137,11 +137,11 @@ static int ofi_conn_open_queues(struct ofi_conn *c)
 {
 	struct ofi_ctx *x = c->ctx;
 	struct fi_cq_attr cqa = {
-		/* Every completion that can be outstanding: signaled/forced sends
-		 * within tx_max, and one per doorbell within our receive window. */
-		.size = (size_t)c->tx_max + c->rx_depth + 16,
-		.format = FI_CQ_FORMAT_DATA,
-		.wait_obj = x->cq_wait_fd ? FI_WAIT_FD : FI_WAIT_NONE,
+	    /* Every completion that can be outstanding: signaled/forced sends
+	     * within tx_max, and one per doorbell within our receive window. */
+	    .size = (size_t)c->tx_max + c->rx_depth + 16,
+	    .format = FI_CQ_FORMAT_DATA,
+	    .wait_obj = x->cq_wait_fd ? FI_WAIT_FD : FI_WAIT_NONE,
 	};
 	int ret;
 
@@ -156,7 +156,7 @@ static int ofi_conn_open_queues(struct ofi_conn *c)
 		}
 	}
 	if (x->msg) {
-		struct fi_eq_attr eqa = { .size = 8, .wait_obj = FI_WAIT_FD };
+		struct fi_eq_attr eqa = {.size = 8, .wait_obj = FI_WAIT_FD};
 
 		ret = fi_eq_open(x->fabric, &eqa, &c->eq, c);
 		if (ret) {
@@ -169,7 +169,7 @@ static int ofi_conn_open_queues(struct ofi_conn *c)
 			goto err_close_eq;
 		}
 	} else {
-		struct fi_av_attr ava = { .type = FI_AV_TABLE, .count = 1 };
+		struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = 1};
 
 		ret = fi_av_open(x->domain, &ava, &c->av, c);
 		if (ret) {
@@ -392,13 +392,14 @@ void ofi_conn_delete(void *bconn)
 static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struct ofi_tx *t,
 			     uint64_t flags)
 {
-	struct iovec iov = { .iov_base = wr->local, .iov_len = wr->len };
+	struct iovec iov = {.iov_base = wr->local, .iov_len = wr->len};
 	void *desc = wr->lmr ? wr->lmr->desc : NULL;
-	struct fi_rma_iov rma = { .addr = wr->raddr, .len = wr->len, .key = wr->rkey };
+	struct fi_rma_iov rma = {.addr = wr->raddr, .len = wr->len, .key = wr->rkey};
 	/* Length rides in the upper half where the provider carries 8 bytes of
 	 * CQ data, so the receiver never depends on the reported length (E3). */
-	uint64_t data = c->ctx->info->domain_attr->cq_data_size >= 8 ?
-				((uint64_t)wr->len << 32) | wr->imm : wr->imm;
+	uint64_t data = c->ctx->info->domain_attr->cq_data_size >= 8
+			    ? ((uint64_t)wr->len << 32) | wr->imm
+			    : wr->imm;
 
 	/* A pure doorbell touches no window: aim it at the peer's null window,
 	 * which every key check accepts (a read-only or absent window would
@@ -411,9 +412,14 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 	case WIMM_OP_WRITE_IMM:
 	case WIMM_OP_WRITE: {
 		struct fi_msg_rma m = {
-			.msg_iov = &iov, .desc = &desc, .iov_count = wr->len ? 1 : 0,
-			.addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1,
-			.context = t, .data = data,
+		    .msg_iov = &iov,
+		    .desc = &desc,
+		    .iov_count = wr->len ? 1 : 0,
+		    .addr = c->peer,
+		    .rma_iov = &rma,
+		    .rma_iov_count = 1,
+		    .context = t,
+		    .data = data,
 		};
 
 		if (wr->op == WIMM_OP_WRITE_IMM)
@@ -422,16 +428,25 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 	}
 	case WIMM_OP_SEND_IMM: {
 		struct fi_msg m = {
-			.msg_iov = &iov, .desc = &desc, .iov_count = wr->len ? 1 : 0,
-			.addr = c->peer, .context = t, .data = data,
+		    .msg_iov = &iov,
+		    .desc = &desc,
+		    .iov_count = wr->len ? 1 : 0,
+		    .addr = c->peer,
+		    .context = t,
+		    .data = data,
 		};
 
 		return fi_sendmsg(c->ep, &m, flags | FI_REMOTE_CQ_DATA);
 	}
 	case WIMM_OP_READ: {
 		struct fi_msg_rma m = {
-			.msg_iov = &iov, .desc = &desc, .iov_count = wr->len ? 1 : 0,
-			.addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1, .context = t,
+		    .msg_iov = &iov,
+		    .desc = &desc,
+		    .iov_count = wr->len ? 1 : 0,
+		    .addr = c->peer,
+		    .rma_iov = &rma,
+		    .rma_iov_count = 1,
+		    .context = t,
 		};
 
 		return fi_readmsg(c->ep, &m, flags);

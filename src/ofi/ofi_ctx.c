@@ -9,8 +9,9 @@
 
 #include "ofi/ofi_internal.h"
 
-#define OFI_CAPS (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_REMOTE_READ | \
-		  FI_SEND | FI_RECV)
+#define OFI_CAPS                                                                                   \
+	(FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_REMOTE_READ | FI_SEND |       \
+	 FI_RECV)
 
 int ofi_err(struct ofi_ctx *x, int fi_ret, const char *what)
 {
@@ -91,7 +92,7 @@ static int ofi_needs_rx_cq_data(const char *prov)
  * tcp;ofi_rxm on latency), else RDM. Only infos with remote CQ data count. */
 static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 {
-	static const enum fi_ep_type types[] = { FI_EP_MSG, FI_EP_RDM };
+	static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
 	int last = -FI_ENODATA;
 
 	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
@@ -119,12 +120,12 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 		fi_freeinfo(list);
 	}
 	wimm_ctx_set_provider_error(x->core, last,
-				    ofi_needs_rx_cq_data(prov) ?
-					    "the provider needs FI_RX_CQ_DATA (a posted receive "
-					    "for each remote CQ data), which wimm's ofi backend does "
-					    "not offer; use the native verbs:<device> backend" :
-					    "no libfabric provider of that name with RMA and remote "
-					    "CQ data");
+				    ofi_needs_rx_cq_data(prov)
+					? "the provider needs FI_RX_CQ_DATA (a posted receive "
+					  "for each remote CQ data), which wimm's ofi backend does "
+					  "not offer; use the native verbs:<device> backend"
+					: "no libfabric provider of that name with RMA and remote "
+					  "CQ data");
 	return WIMM_E_NODEV;
 }
 
@@ -157,13 +158,12 @@ static void ofi_tune_env(void)
 	setenv("FI_TCP_NODELAY", "1", 0);
 }
 
-static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget,
-			unsigned flags, void **bctx)
+static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
+			void **bctx)
 {
 	struct ofi_ctx *x;
 	struct fid_cq *probe;
-	struct fi_cq_attr cqa = { .size = 4, .format = FI_CQ_FORMAT_DATA,
-				  .wait_obj = FI_WAIT_FD };
+	struct fi_cq_attr cqa = {.size = 4, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
 	int ret;
 
 	(void)cq_budget; /* every connection has its own CQ, sized at conn_new */
@@ -215,8 +215,7 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	}
 	if (!x->cq_wait_fd) {
 		/* No fd to sleep on: a 1 ms tick bounds the sleep instead of spinning. */
-		struct itimerspec its = { .it_interval = { 0, 1000000 },
-					  .it_value = { 0, 1000000 } };
+		struct itimerspec its = {.it_interval = {0, 1000000}, .it_value = {0, 1000000}};
 
 		x->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		if (x->timerfd < 0 || timerfd_settime(x->timerfd, 0, &its, NULL) ||
@@ -356,10 +355,11 @@ static int ofi_describe(FILE *f, int json, int *first)
 			continue;
 		memcpy(seen[nseen++], key, sizeof(key));
 		/* What wimm can use: lengths travel in 32 bits (see ofi_limits). */
-		size_t max_msg = i->ep_attr->max_msg_size < UINT32_MAX ? i->ep_attr->max_msg_size
-									: UINT32_MAX;
+		size_t max_msg =
+		    i->ep_attr->max_msg_size < UINT32_MAX ? i->ep_attr->max_msg_size : UINT32_MAX;
 		if (json) {
-			fprintf(f, "%s{\"fabric\":\"ofi:%s\",\"ep_type\":\"%s\",\"domain\":\"%s\","
+			fprintf(f,
+				"%s{\"fabric\":\"ofi:%s\",\"ep_type\":\"%s\",\"domain\":\"%s\","
 				"\"imm_bytes\":4,\"max_msg\":%zu,\"inject_size\":%zu,"
 				"\"cq_data_size\":%zu,\"tx_size\":%zu,\"rx_size\":%zu}",
 				*first ? "" : ",", i->fabric_attr->prov_name,
@@ -368,11 +368,12 @@ static int ofi_describe(FILE *f, int json, int *first)
 				i->tx_attr->size, i->rx_attr->size);
 			*first = 0;
 		} else {
-			fprintf(f, "ofi:%-16s ep=%s domain=%s imm=4B max_msg=%zu inject=%zu "
-				"cq_data=%zuB tx=%zu rx=%zu\n", i->fabric_attr->prov_name,
-				ofi_ep_name(i->ep_attr->type), i->domain_attr->name, max_msg,
-				i->tx_attr->inject_size, i->domain_attr->cq_data_size,
-				i->tx_attr->size, i->rx_attr->size);
+			fprintf(f,
+				"ofi:%-16s ep=%s domain=%s imm=4B max_msg=%zu inject=%zu "
+				"cq_data=%zuB tx=%zu rx=%zu\n",
+				i->fabric_attr->prov_name, ofi_ep_name(i->ep_attr->type),
+				i->domain_attr->name, max_msg, i->tx_attr->inject_size,
+				i->domain_attr->cq_data_size, i->tx_attr->size, i->rx_attr->size);
 		}
 	}
 	fi_freeinfo(list);
@@ -425,29 +426,29 @@ static void ofi_mr_dereg(void *bctx, struct wimm_bmr *mr)
 }
 
 const struct wimm_backend_ops wimm_ofi_ops = {
-	.scheme = "ofi",
-	.ctx_open = ofi_ctx_open,
-	.ctx_close = ofi_ctx_close,
-	.ctx_fabric = ofi_ctx_fabric,
-	.ctx_limits = ofi_ctx_limits,
-	.describe = ofi_describe,
-	.auto_probe = ofi_auto_probe,
-	.mr_reg = ofi_mr_reg,
-	.mr_dereg = ofi_mr_dereg,
-	.listen = ofi_listen,
-	.listener_close = ofi_listener_close,
-	.listener_fd = ofi_listener_fd,
-	.get_request = ofi_get_request,
-	.reject = ofi_reject,
-	.conn_new = ofi_conn_new,
-	.conn_addr = ofi_conn_addr,
-	.connect = ofi_connect,
-	.accept = ofi_accept,
-	.conn_ready = ofi_conn_ready,
-	.conn_delete = ofi_conn_delete,
-	.post = ofi_post,
-	.rx_release = ofi_rx_release,
-	.poll = ofi_poll,
-	.fd = ofi_fd,
-	.arm = ofi_arm,
+    .scheme = "ofi",
+    .ctx_open = ofi_ctx_open,
+    .ctx_close = ofi_ctx_close,
+    .ctx_fabric = ofi_ctx_fabric,
+    .ctx_limits = ofi_ctx_limits,
+    .describe = ofi_describe,
+    .auto_probe = ofi_auto_probe,
+    .mr_reg = ofi_mr_reg,
+    .mr_dereg = ofi_mr_dereg,
+    .listen = ofi_listen,
+    .listener_close = ofi_listener_close,
+    .listener_fd = ofi_listener_fd,
+    .get_request = ofi_get_request,
+    .reject = ofi_reject,
+    .conn_new = ofi_conn_new,
+    .conn_addr = ofi_conn_addr,
+    .connect = ofi_connect,
+    .accept = ofi_accept,
+    .conn_ready = ofi_conn_ready,
+    .conn_delete = ofi_conn_delete,
+    .post = ofi_post,
+    .rx_release = ofi_rx_release,
+    .poll = ofi_poll,
+    .fd = ofi_fd,
+    .arm = ofi_arm,
 };

@@ -20,9 +20,9 @@
 #include "backend.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
-#define OFI_STASH 32			/* completions read ahead by post() / arm() */
+#define OFI_STASH 32 /* completions read ahead by post() / arm() */
 #define OFI_DEFAULT_TIMEOUT_MS 10000
-#define OFI_CTRL_PERIOD_NS 1000000	/* control-plane checks in poll(): 1 ms */
+#define OFI_CTRL_PERIOD_NS 1000000 /* control-plane checks in poll(): 1 ms */
 
 struct ofi_conn;
 
@@ -31,27 +31,27 @@ struct ofi_ctx {
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	struct fid_mr *null_mr;		/* key 0: target of window-less doorbells */
+	struct fid_mr *null_mr; /* key 0: target of window-less doorbells */
 	uint64_t null_word;
-	int msg;			/* FI_EP_MSG (provider CM) vs FI_EP_RDM (TCP OOB) */
-	int prov_key;			/* provider picks MR keys */
-	int cq_wait_fd;			/* CQs support FI_WAIT_FD */
+	int msg;	/* FI_EP_MSG (provider CM) vs FI_EP_RDM (TCP OOB) */
+	int prov_key;	/* provider picks MR keys */
+	int cq_wait_fd; /* CQs support FI_WAIT_FD */
 	uint64_t next_key;
 	char fabric_name[64];
 	int epfd;
-	int timerfd;			/* wakes sleepers where CQs have no wait fd */
+	int timerfd; /* wakes sleepers where CQs have no wait fd */
 	struct ofi_conn *conns;
-	struct ofi_conn *graveyard;	/* deleted, endpoint kept: see ofi_conn_delete */
-	struct ofi_conn *rr;		/* where the next poll() starts */
+	struct ofi_conn *graveyard; /* deleted, endpoint kept: see ofi_conn_delete */
+	struct ofi_conn *rr;	    /* where the next poll() starts */
 	uint32_t nconns;
 	uint64_t ctrl_next_ns;
-	uint32_t empty_polls;		/* see ofi_poll */
-	struct fid **fids;		/* CQs and EQs for fi_trywait */
+	uint32_t empty_polls; /* see ofi_poll */
+	struct fid **fids;    /* CQs and EQs for fi_trywait */
 	size_t nfids;
 };
 
 struct ofi_tx {
-	uint64_t seq;			/* absolute position in the tx stream */
+	uint64_t seq; /* absolute position in the tx stream */
 	uint64_t op_seq;
 	uint32_t len;
 	enum wimm_op op;
@@ -67,40 +67,40 @@ struct ofi_conn {
 	struct ofi_ctx *ctx;
 	struct ofi_conn *next, *prev;
 	struct wimm_conn *core;
-	struct fi_info *info;		/* MSG: from the connreq or the resolved peer */
+	struct fi_info *info; /* MSG: from the connreq or the resolved peer */
 	struct fid_ep *ep;
 	struct fid_cq *cq;
-	struct fid_eq *eq;		/* MSG: CM events of this endpoint */
-	struct fid_av *av;		/* RDM: holds exactly the peer */
+	struct fid_eq *eq; /* MSG: CM events of this endpoint */
+	struct fid_av *av; /* RDM: holds exactly the peer */
 	fi_addr_t peer;
-	int sock;			/* RDM: handshake + liveness channel, else -1 */
+	int sock; /* RDM: handshake + liveness channel, else -1 */
 	int cq_fd, eq_fd;
 	int in_epoll_sock;
 	int enabled;
 	int connected;
-	int down_pending;		/* CONN_DOWN found, not yet returned */
+	int down_pending; /* CONN_DOWN found, not yet returned */
 	int down_reported;
 	int down_status, down_prov;
-	int same_proc;			/* RDM peer lives in this process */
+	int same_proc; /* RDM peer lives in this process */
 
 	uint32_t sq_depth, tx_max, force_every, unsig;
-	uint64_t tx_head, tx_tail;	/* posted / retired positions */
+	uint64_t tx_head, tx_tail; /* posted / retired positions */
 	struct ofi_tx *tx;
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *rx_buf;
 	struct fid_mr *rx_mr;
 	struct ofi_slot *slots;
-	uint64_t rx_delivered, rx_reposted;	/* slots handed out / posted again */
+	uint64_t rx_delivered, rx_reposted; /* slots handed out / posted again */
 
 	struct wimm_cqe stash[OFI_STASH];
 	unsigned stash_head, stash_len;
 };
 
 struct ofi_req {
-	struct fi_info *info;		/* MSG: the FI_CONNREQ's info */
+	struct fi_info *info; /* MSG: the FI_CONNREQ's info */
 	struct fid_pep *pep;
-	int sock;			/* RDM: the accepted TCP socket */
+	int sock; /* RDM: the accepted TCP socket */
 };
 
 struct ofi_lis {
@@ -108,7 +108,7 @@ struct ofi_lis {
 	struct fid_pep *pep;
 	struct fid_eq *eq;
 	struct fi_info *info;
-	int fd;				/* EQ wait fd or the listening socket */
+	int fd; /* EQ wait fd or the listening socket */
 };
 
 /* ofi_ctx.c */
@@ -123,8 +123,8 @@ void ofi_listener_close(void *blis);
 int ofi_listener_fd(void *blis);
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
 void ofi_reject(void *breq, int why);
-int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
+int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		uint8_t *reply, size_t *reply_len, int timeout_ms);
 int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
 int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer);
 

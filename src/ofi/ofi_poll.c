@@ -11,7 +11,7 @@
 
 int ofi_epoll_add(struct ofi_ctx *x, int fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = {.events = EPOLLIN};
 
 	return epoll_ctl(x->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
@@ -86,7 +86,7 @@ static int ofi_convert(struct ofi_conn *c, const struct fi_cq_data_entry *d, str
 
 static int ofi_convert_err(struct ofi_conn *c, struct wimm_cqe *e)
 {
-	struct fi_cq_err_entry err = { 0 };
+	struct fi_cq_err_entry err = {0};
 	char text[200];
 	ssize_t ret;
 
@@ -97,8 +97,9 @@ static int ofi_convert_err(struct ofi_conn *c, struct wimm_cqe *e)
 	e->conn = c->core;
 	e->prov_err = -err.err;
 	e->status = (err.err == FI_ECANCELED || err.err == FI_ECONNRESET ||
-		     err.err == FI_ENOTCONN || err.err == EPIPE || err.err == FI_ESHUTDOWN) ?
-			    WIMM_E_DISCONNECTED : WIMM_E_PROVIDER;
+		     err.err == FI_ENOTCONN || err.err == EPIPE || err.err == FI_ESHUTDOWN)
+			? WIMM_E_DISCONNECTED
+			: WIMM_E_PROVIDER;
 	snprintf(text, sizeof(text), "completion error: %s (%s)", fi_strerror(err.err),
 		 fi_cq_strerror(c->cq, err.prov_errno, err.err_data, NULL, 0));
 	wimm_ctx_set_provider_error(c->ctx->core, -err.err, text);
@@ -197,7 +198,7 @@ static void ofi_check_eq(struct ofi_conn *c)
 	for (;;) {
 		r = fi_eq_read(c->eq, &event, buf, sizeof(buf), 0);
 		if (r == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
+			struct fi_eq_err_entry err = {0};
 
 			if (fi_eq_readerr(c->eq, &err, 0) >= 0)
 				ofi_conn_down(c, WIMM_E_DISCONNECTED, -err.err);

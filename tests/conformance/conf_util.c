@@ -212,7 +212,7 @@ static int open_ctx(const char *uri, struct wimm_ctx **ctx)
 {
 	const char *polling = getenv("WIMM_TEST_POLLING");
 	struct wimm_ctx_attr attr = {
-		.flags = polling && strcmp(polling, "1") == 0 ? WIMM_CTX_POLLING : 0,
+	    .flags = polling && strcmp(polling, "1") == 0 ? WIMM_CTX_POLLING : 0,
 	};
 	int rc = wimm_ctx_open(uri, &attr, ctx);
 
