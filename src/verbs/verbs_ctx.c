@@ -386,11 +386,12 @@ static int verbs_epoll_add(int epfd, int fd)
 static int verbs_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget,
 			  unsigned flags, void **bctx)
 {
-	(void)flags; /* a CQ costs nothing until armed: WIMM_CTX_POLLING changes nothing */
 	struct verbs_ctx *vc;
 	struct ibv_port_attr pa;
 	const char *srq_env = getenv("WIMM_VERBS_SRQ");
 	int ndev = 0, rc;
+
+	(void)flags; /* a CQ costs nothing until armed: WIMM_CTX_POLLING changes nothing */
 
 	vc = calloc(1, sizeof(*vc));
 	if (!vc)
