@@ -185,7 +185,16 @@ void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char 
  * WIMM_E_ADDR when malformed. */
 int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
 
-/* Millisecond monotonic clock, for timeouts. */
+/* Monotonic clocks. wimm_coarse_ns is for "about a millisecond" checks on
+ * hot paths: CLOCK_MONOTONIC costs a system call and a device read on
+ * clocksources without a vDSO mode (hpet, acpi_pm: e.g. a TCG guest), the
+ * coarse clock is a vDSO memory read everywhere. */
 int64_t wimm_now_ms(void);
+int64_t wimm_now_ns(void);
+int64_t wimm_coarse_ns(void);
+/* A deadline timeout_ms from now (negative: default_ms), and the
+ * milliseconds left until it, clamped to 0..INT32_MAX for poll(2). */
+int64_t wimm_deadline_ms(int timeout_ms, int default_ms);
+int wimm_remaining_ms(int64_t deadline);
 
 #endif /* WIMM_BACKEND_H */

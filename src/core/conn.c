@@ -384,20 +384,12 @@ struct backoff {
 	unsigned steps;
 };
 
-static int64_t mono_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static int wait_step(struct wimm_conn *c, struct backoff *b)
 {
 	int ret = wimm_ctx_progress_into_backlog(c->ctx);
 	if (ret)
 		return ret;
-	if (!c->connected || c->down_reported)
+	if (!c->connected)
 		return WIMM_E_DISCONNECTED;
 	/* Slots of events the application already saw go back too, or two
 	 * peers waiting on each other would never move. */
@@ -406,7 +398,7 @@ static int wait_step(struct wimm_conn *c, struct backoff *b)
 		return ret;
 	if (b->steps++ % WAIT_STEPS_PER_CLOCK != 0)
 		return 0;
-	int64_t t = mono_ns();
+	int64_t t = wimm_now_ns();
 	if (b->start_ns == 0)
 		b->start_ns = t;
 	int64_t waited = t - b->start_ns;

@@ -15,9 +15,6 @@ int wimm_ctx_cq_reserve(struct wimm_ctx *ctx, uint32_t n);
 void wimm_ctx_cq_unreserve(struct wimm_ctx *ctx, uint32_t n);
 /* Drive the backend once, queueing what it returns (no slot release). */
 int wimm_ctx_progress_into_backlog(struct wimm_ctx *ctx);
-/* Sleep until the context's fd is readable or timeout_ms passes, with the
- * arm-then-recheck rule. Returns 0 or a negative error. */
-int wimm_ctx_block(struct wimm_ctx *ctx, int timeout_ms);
 uint32_t wimm_ctx_spin_us(const struct wimm_ctx *ctx);
 uint32_t wimm_ctx_post_wait_ms(const struct wimm_ctx *ctx);
 /* Listener fds join the context's epoll set so waits see requests. */

@@ -56,25 +56,6 @@ struct wimm_ctx {
 static _Thread_local int tls_prov_err;
 static _Thread_local char tls_prov_text[256];
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* For checks that only need "about a millisecond": CLOCK_MONOTONIC costs a
- * system call and a device read on clocksources without a vDSO mode (hpet,
- * acpi_pm: e.g. a TCG guest), the coarse clock is a vDSO memory read. */
-static int64_t coarse_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char *text)
 {
 	int *err = ctx ? &ctx->prov_err : &tls_prov_err;
@@ -301,24 +282,44 @@ void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c)
 
 /* ----------------------------------------------------------- the backlog */
 
-static int backlog_push(struct wimm_ctx *ctx, const struct wimm_event *ev)
+/* Room for `more` events, made before the backend is polled: completions
+ * taken from a CQ cannot be put back, so running out of memory must happen
+ * before any is taken, never halfway through a batch. */
+static int backlog_reserve(struct wimm_ctx *ctx, size_t more)
 {
-	if (ctx->bl_count == ctx->bl_cap) {
-		size_t cap = ctx->bl_cap ? ctx->bl_cap * 2 : 64;
-		struct wimm_event *n = malloc(cap * sizeof(*n));
-		if (!n)
-			return WIMM_E_NOMEM;
-		/* Unwrap the ring into the new array. */
-		for (size_t i = 0; i < ctx->bl_count; i++)
-			n[i] = ctx->backlog[(ctx->bl_head + i) % ctx->bl_cap];
-		free(ctx->backlog);
-		ctx->backlog = n;
-		ctx->bl_cap = cap;
-		ctx->bl_head = 0;
-	}
+	if (ctx->bl_cap - ctx->bl_count >= more)
+		return 0;
+	size_t cap = ctx->bl_cap ? ctx->bl_cap : 64;
+	while (cap - ctx->bl_count < more)
+		cap *= 2;
+	struct wimm_event *n = malloc(cap * sizeof(*n));
+	if (!n)
+		return WIMM_E_NOMEM;
+	/* Unwrap the ring into the new array. */
+	for (size_t i = 0; i < ctx->bl_count; i++)
+		n[i] = ctx->backlog[(ctx->bl_head + i) % ctx->bl_cap];
+	free(ctx->backlog);
+	ctx->backlog = n;
+	ctx->bl_cap = cap;
+	ctx->bl_head = 0;
+	return 0;
+}
+
+static void backlog_push(struct wimm_ctx *ctx, const struct wimm_event *ev)
+{
 	ctx->backlog[(ctx->bl_head + ctx->bl_count) % ctx->bl_cap] = *ev;
 	ctx->bl_count++;
-	return 0;
+}
+
+/* Move queued events into ev[got..n); returns the new count. */
+static int backlog_take(struct wimm_ctx *ctx, struct wimm_event *ev, int got, int n)
+{
+	while (got < n && ctx->bl_count > 0) {
+		ev[got++] = ctx->backlog[ctx->bl_head];
+		ctx->bl_head = (ctx->bl_head + 1) % ctx->bl_cap;
+		ctx->bl_count--;
+	}
+	return got;
 }
 
 void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c)
@@ -387,20 +388,20 @@ static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *c
 	struct wimm_cqe cqe[CQE_BATCH];
 	int stored = 0;
 
-	int n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
+	int n = backlog_reserve(ctx, CQE_BATCH);
+	if (n)
+		return n;
+	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
 	if (n < 0)
 		return n;
 	for (int i = 0; i < n; i++) {
 		struct wimm_event ev;
 		if (!cqe_to_event(&cqe[i], &ev))
 			continue;
-		if (stored < room && ctx->bl_count == 0) {
+		if (stored < room && ctx->bl_count == 0)
 			out[stored++] = ev;
-			continue;
-		}
-		int ret = backlog_push(ctx, &ev);
-		if (ret)
-			return ret;
+		else
+			backlog_push(ctx, &ev);
 	}
 	return stored;
 }
@@ -449,24 +450,14 @@ static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, i
 
 static int poll_once(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
-	int got = 0;
+	int got = backlog_take(ctx, ev, 0, n);
 
-	while (got < n && ctx->bl_count > 0) {
-		ev[got++] = ctx->backlog[ctx->bl_head];
-		ctx->bl_head = (ctx->bl_head + 1) % ctx->bl_cap;
-		ctx->bl_count--;
-	}
 	if (got < n) {
 		int k = backend_pass(ctx, ev + got, n - got);
 		if (k < 0)
 			return k;
-		got += k;
 		/* backend_pass may have queued more than fitted. */
-		while (got < n && ctx->bl_count > 0) {
-			ev[got++] = ctx->backlog[ctx->bl_head];
-			ctx->bl_head = (ctx->bl_head + 1) % ctx->bl_cap;
-			ctx->bl_count--;
-		}
+		got = backlog_take(ctx, ev, got + k, n);
 	}
 	if (got == 0 && ctx->listeners > 0)
 		got = listener_events(ctx, ev, n, 0);
@@ -478,11 +469,9 @@ int wimm_poll(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
 	if (!ctx || !ev || n <= 0)
 		return WIMM_E_INVAL;
-	if (ctx->rel_n > 0) {
-		int ret = release_slots(ctx);
-		if (ret)
-			return ret;
-	}
+	int ret = release_slots(ctx);
+	if (ret)
+		return ret;
 	return poll_once(ctx, ev, n);
 }
 
@@ -512,7 +501,7 @@ static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, i
 	struct epoll_event ready[8];
 	int got = 0;
 
-	int64_t t = coarse_ns();
+	int64_t t = wimm_coarse_ns();
 	if (!force && t < ctx->next_listener_check_ns)
 		return 0;
 	ctx->next_listener_check_ns = t + LISTENER_CHECK_NS;
@@ -547,7 +536,8 @@ int wimm_ctx_arm(struct wimm_ctx *ctx)
 	return ctx->ops->arm(ctx->bctx);
 }
 
-int wimm_ctx_block(struct wimm_ctx *ctx, int timeout_ms)
+/* Sleep until the fd is readable or timeout_ms passes, arming first. */
+static int ctx_block(struct wimm_ctx *ctx, int timeout_ms)
 {
 	struct epoll_event ready[8];
 
@@ -586,7 +576,7 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 			;
 		return got;
 	}
-	int64_t start = now_ns();
+	int64_t start = wimm_now_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + (int64_t)timeout_ms * 1000000;
 	int64_t spin_until = mode == WIMM_WAIT_BLOCK  ? start
 			     : mode == WIMM_WAIT_SPIN ? INT64_MAX
@@ -600,7 +590,7 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 		 * system call on some clocksources): look at it now and then. */
 		if (spinning && empty % WAIT_POLLS_PER_CLOCK != 0)
 			continue;
-		int64_t t = now_ns();
+		int64_t t = wimm_now_ns();
 		if (t >= deadline)
 			return 0;
 		if (t < spin_until)
@@ -608,7 +598,7 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 		spinning = 0;
 		int64_t left_ms = deadline == INT64_MAX ? -1 : (deadline - t + 999999) / 1000000;
 		/* Sleep in slices so a listener request is reported promptly. */
-		ret = wimm_ctx_block(ctx, left_ms < 0 || left_ms > 1000 ? 1000 : (int)left_ms);
+		ret = ctx_block(ctx, left_ms < 0 || left_ms > 1000 ? 1000 : (int)left_ms);
 		if (ret)
 			return ret;
 		if (ctx->listeners > 0) {

@@ -5,12 +5,39 @@
 
 #include "backend.h"
 
-int64_t wimm_now_ms(void)
+static int64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t wimm_now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+int64_t wimm_now_ms(void)
+{
+	return wimm_now_ns() / 1000000;
+}
+
+int64_t wimm_coarse_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC_COARSE);
+}
+
+int64_t wimm_deadline_ms(int timeout_ms, int default_ms)
+{
+	return wimm_now_ms() + (timeout_ms < 0 ? default_ms : timeout_ms);
+}
+
+int wimm_remaining_ms(int64_t deadline)
+{
+	int64_t left = deadline - wimm_now_ms();
+
+	return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
 static int copy_part(char *dst, size_t cap, const char *src, size_t n)

@@ -36,7 +36,7 @@ static int ofi_wait_fd(int fd, short events, int64_t deadline)
 	int r;
 
 	do {
-		r = poll(&p, 1, ofi_remaining_ms(deadline));
+		r = poll(&p, 1, wimm_remaining_ms(deadline));
 	} while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;
@@ -271,7 +271,7 @@ static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *re
 	ssize_t r;
 
 	for (;;) {
-		int wait = timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline);
+		int wait = timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline);
 
 		r = wait ? fi_eq_sread(l->eq, &event, &u, sizeof(u), wait, 0)
 			 : fi_eq_read(l->eq, &event, &u, sizeof(u), 0);
@@ -312,7 +312,7 @@ static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *r
 
 	for (;;) {
 		struct pollfd p = {.fd = l->fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms < 0 ? -1 : ofi_remaining_ms(deadline));
+		int r = poll(&p, 1, timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline));
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -392,7 +392,7 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline, uint8_t *rep
 	ssize_t r;
 
 	for (;;) {
-		r = fi_eq_sread(c->eq, &event, &u, sizeof(u), ofi_remaining_ms(deadline), 0);
+		r = fi_eq_sread(c->eq, &event, &u, sizeof(u), wimm_remaining_ms(deadline), 0);
 		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
 			wimm_ctx_set_provider_error(c->ctx->core, -FI_ETIMEDOUT,
 						    "no FI_CONNECTED in time");
@@ -507,7 +507,7 @@ int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *
 		uint8_t *reply, size_t *reply_len, int timeout_ms)
 {
 	struct ofi_conn *c = bconn;
-	int64_t deadline = ofi_deadline(timeout_ms);
+	int64_t deadline = wimm_deadline_ms(timeout_ms, OFI_DEFAULT_TIMEOUT_MS);
 
 	if (c->ctx->msg)
 		return ofi_msg_connect(c, host, port, hs, hs_len, reply, reply_len, deadline);
@@ -517,7 +517,7 @@ int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *
 int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 {
 	struct ofi_conn *c = bconn;
-	int64_t deadline = ofi_deadline(timeout_ms);
+	int64_t deadline = wimm_deadline_ms(timeout_ms, OFI_DEFAULT_TIMEOUT_MS);
 	int ret;
 
 	if (!c->ctx->msg) {

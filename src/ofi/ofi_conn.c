@@ -408,25 +408,7 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 		rma.addr = 0;
 		rma.key = 0;
 	}
-	switch (wr->op) {
-	case WIMM_OP_WRITE_IMM:
-	case WIMM_OP_WRITE: {
-		struct fi_msg_rma m = {
-		    .msg_iov = &iov,
-		    .desc = &desc,
-		    .iov_count = wr->len ? 1 : 0,
-		    .addr = c->peer,
-		    .rma_iov = &rma,
-		    .rma_iov_count = 1,
-		    .context = t,
-		    .data = data,
-		};
-
-		if (wr->op == WIMM_OP_WRITE_IMM)
-			flags |= FI_REMOTE_CQ_DATA;
-		return fi_writemsg(c->ep, &m, flags);
-	}
-	case WIMM_OP_SEND_IMM: {
+	if (wr->op == WIMM_OP_SEND_IMM) {
 		struct fi_msg m = {
 		    .msg_iov = &iov,
 		    .desc = &desc,
@@ -438,19 +420,25 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 
 		return fi_sendmsg(c->ep, &m, flags | FI_REMOTE_CQ_DATA);
 	}
-	case WIMM_OP_READ: {
-		struct fi_msg_rma m = {
-		    .msg_iov = &iov,
-		    .desc = &desc,
-		    .iov_count = wr->len ? 1 : 0,
-		    .addr = c->peer,
-		    .rma_iov = &rma,
-		    .rma_iov_count = 1,
-		    .context = t,
-		};
-
+	struct fi_msg_rma m = {
+	    .msg_iov = &iov,
+	    .desc = &desc,
+	    .iov_count = wr->len ? 1 : 0,
+	    .addr = c->peer,
+	    .rma_iov = &rma,
+	    .rma_iov_count = 1,
+	    .context = t,
+	    .data = data,
+	};
+	switch (wr->op) {
+	case WIMM_OP_WRITE_IMM:
+		return fi_writemsg(c->ep, &m, flags | FI_REMOTE_CQ_DATA);
+	case WIMM_OP_WRITE:
+		return fi_writemsg(c->ep, &m, flags);
+	case WIMM_OP_READ:
 		return fi_readmsg(c->ep, &m, flags);
-	}
+	case WIMM_OP_SEND_IMM:
+		break;
 	}
 	return -FI_EINVAL;
 }

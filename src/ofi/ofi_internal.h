@@ -147,8 +147,6 @@ int ofi_arm(void *bctx);
 int ofi_epoll_add(struct ofi_ctx *x, int fd);
 void ofi_epoll_del(struct ofi_ctx *x, int fd);
 
-/* Remaining milliseconds until deadline (-1 forever). */
-int ofi_remaining_ms(int64_t deadline);
-int64_t ofi_deadline(int timeout_ms);
+
 
 #endif

@@ -21,14 +21,6 @@ void ofi_epoll_del(struct ofi_ctx *x, int fd)
 	epoll_ctl(x->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-static uint64_t ofi_coarse_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int ofi_is_tx(const struct ofi_conn *c, const void *ctx)
 {
 	const struct ofi_tx *t = ctx;
@@ -292,7 +284,7 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 	 * a few percent of a 0.3 us shm round trip). */
 	if (++x->empty_polls % 64 != 0)
 		return 0;
-	now = ofi_coarse_ns();
+	now = (uint64_t)wimm_coarse_ns();
 	if (now < x->ctrl_next_ns)
 		return 0;
 	x->ctrl_next_ns = now + OFI_CTRL_PERIOD_NS;
@@ -333,18 +325,4 @@ int ofi_arm(void *bctx)
 	if (ret)
 		return ofi_err(x, ret, "fi_trywait");
 	return 0;
-}
-
-int64_t ofi_deadline(int timeout_ms)
-{
-	if (timeout_ms < 0)
-		timeout_ms = OFI_DEFAULT_TIMEOUT_MS;
-	return wimm_now_ms() + timeout_ms;
-}
-
-int ofi_remaining_ms(int64_t deadline)
-{
-	int64_t left = deadline - wimm_now_ms();
-
-	return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 }

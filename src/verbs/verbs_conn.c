@@ -63,11 +63,6 @@ static int verbs_resolve(struct verbs_ctx *vc, const char *host, const char *por
 	return 0;
 }
 
-static int64_t verbs_deadline(int timeout_ms)
-{
-	return wimm_now_ms() + (timeout_ms < 0 ? VERBS_DEFAULT_TIMEOUT_MS : timeout_ms);
-}
-
 /* Wait for the next cm event of c (dispatching the others) until deadline. */
 static int verbs_cm_wait(struct verbs_conn *c, int64_t deadline)
 {
@@ -456,7 +451,7 @@ int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t
 {
 	struct verbs_conn *c = bconn;
 	struct verbs_ctx *vc = c->vc;
-	int64_t deadline = verbs_deadline(timeout_ms);
+	int64_t deadline = wimm_deadline_ms(timeout_ms, VERBS_DEFAULT_TIMEOUT_MS);
 	struct rdma_conn_param p;
 	struct addrinfo *ai;
 	size_t len;
@@ -521,7 +516,7 @@ int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 	c->cm_ev = -1;
 	if (rdma_accept(c->id, &p))
 		return verbs_err(vc, WIMM_E_PROVIDER, errno, "rdma_accept: %s", strerror(errno));
-	rc = verbs_cm_wait(c, verbs_deadline(timeout_ms));
+	rc = verbs_cm_wait(c, wimm_deadline_ms(timeout_ms, VERBS_DEFAULT_TIMEOUT_MS));
 	if (rc)
 		return rc;
 	if (c->cm_ev != RDMA_CM_EVENT_ESTABLISHED)

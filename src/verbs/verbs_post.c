@@ -262,19 +262,6 @@ static int verbs_emit_down(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 	return got;
 }
 
-/* The control path's clock. CLOCK_MONOTONIC is a system call plus a device
- * read whenever the clocksource has no vDSO mode (hpet, acpi_pm: e.g. a TCG
- * guest), and an empty poll would pay it every time; the coarse clock is a
- * memory read in the vDSO on every clocksource, and its resolution (a tick)
- * is plenty for "every millisecond or so". */
-static int64_t verbs_coarse_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Completions of the CQ into out, up to n; stops when the CQ is empty. */
 static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 {
@@ -311,7 +298,7 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 		return got;
 	/* the CQ is drained: now the control channels, at most once per
 	 * clock tick, and always right after arm() (the blocking path) */
-	now = verbs_coarse_ms();
+	now = wimm_coarse_ns() / 1000000;
 	if (vc->armed || now - vc->last_ctl_ms >= VERBS_CTL_PERIOD_MS) {
 		vc->armed = 0;
 		vc->last_ctl_ms = now;
