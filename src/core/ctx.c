@@ -584,7 +584,8 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 	int spinning = mode != WIMM_WAIT_BLOCK;
 	for (unsigned empty = 1;; empty++) {
 		int got = poll_once(ctx, ev, n);
-		if (got != 0)
+		/* Timeout 0 is documented as one look, not a short spin. */
+		if (got != 0 || timeout_ms == 0)
 			return got;
 		/* An empty poll is cheap, a precise clock need not be (a
 		 * system call on some clocksources): look at it now and then. */
