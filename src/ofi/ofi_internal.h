@@ -18,11 +18,13 @@
 #include <rdma/fi_rma.h>
 
 #include "backend.h"
+#include "core/handshake.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* completions read ahead by post() / arm() */
 #define OFI_DEFAULT_TIMEOUT_MS 10000
 #define OFI_CTRL_PERIOD_NS 1000000 /* control-plane checks in poll(): 1 ms */
+#define OFI_MSG_CM_DATA 256	   /* CM data the tcp provider carries */
 
 struct ofi_conn;
 
@@ -78,6 +80,8 @@ struct ofi_conn {
 	int in_epoll_sock;
 	int enabled;
 	int connected;
+	int accepting;	  /* MSG: fi_accept done, FI_CONNECTED not yet seen */
+	int up_pending;	  /* CONN_UP found, not yet returned */
 	int down_pending; /* CONN_DOWN found, not yet returned */
 	int down_reported;
 	int down_status, down_prov;
@@ -103,12 +107,26 @@ struct ofi_req {
 	int sock; /* RDM: the accepted TCP socket */
 };
 
+/* RDM: a connector whose handshake frame has not fully arrived yet. It is
+ * read a piece at a time from get_request, never waited for. */
+#define OFI_HS_PENDING 64
+struct ofi_hs_pending {
+	int fd;
+	size_t got;
+	int64_t deadline_ms;
+	uint8_t buf[4 + WIMM_HS_MAX_LEN];
+};
+
 struct ofi_lis {
 	struct ofi_ctx *ctx;
 	struct fid_pep *pep;
 	struct fid_eq *eq;
 	struct fi_info *info;
-	int fd; /* EQ wait fd or the listening socket */
+	int fd;	   /* MSG: the EQ wait fd; RDM: lepfd */
+	int sock;  /* RDM: the listening socket */
+	int lepfd; /* RDM: epoll of sock and the pending connectors */
+	struct ofi_hs_pending pend[OFI_HS_PENDING];
+	int npend;
 };
 
 /* ofi_ctx.c */
@@ -122,10 +140,12 @@ int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int 
 void ofi_listener_close(void *blis);
 int ofi_listener_fd(void *blis);
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
-void ofi_reject(void *breq, int why);
+void ofi_reject(void *breq, const uint8_t *msg, size_t len);
+int ofi_request_peer(void *breq, char *buf, size_t len);
+void ofi_conn_shutdown(void *bconn);
 int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
 		uint8_t *reply, size_t *reply_len, int timeout_ms);
-int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len);
 int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer);
 
 /* ofi_conn.c */
@@ -146,7 +166,5 @@ int ofi_fd(void *bctx);
 int ofi_arm(void *bctx);
 int ofi_epoll_add(struct ofi_ctx *x, int fd);
 void ofi_epoll_del(struct ofi_ctx *x, int fd);
-
-
 
 #endif

@@ -192,14 +192,24 @@ static void ofi_check_eq(struct ofi_conn *c)
 		if (r == -FI_EAVAIL) {
 			struct fi_eq_err_entry err = {0};
 
-			if (fi_eq_readerr(c->eq, &err, 0) >= 0)
+			if (fi_eq_readerr(c->eq, &err, 0) >= 0) {
+				c->accepting = 0;
 				ofi_conn_down(c, WIMM_E_DISCONNECTED, -err.err);
+			}
 			continue;
 		}
 		if (r < 0)
 			return;
-		if (event == FI_SHUTDOWN)
+		if (event == FI_CONNECTED && c->accepting) {
+			/* The passive side's set-up is complete. */
+			c->accepting = 0;
+			c->connected = 1;
+			c->up_pending = 1;
+		}
+		if (event == FI_SHUTDOWN) {
+			c->accepting = 0;
 			ofi_conn_down(c, WIMM_E_DISCONNECTED, 0);
+		}
 	}
 }
 
@@ -219,7 +229,7 @@ static void ofi_check_sock(struct ofi_conn *c)
 static void ofi_check_ctrl(struct ofi_ctx *x)
 {
 	for (struct ofi_conn *c = x->conns; c; c = c->next) {
-		if (c->down_pending || c->down_reported || !c->connected)
+		if (c->down_pending || c->down_reported || (!c->connected && !c->accepting))
 			continue;
 		if (c->eq)
 			ofi_check_eq(c);
@@ -232,6 +242,11 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 {
 	int got = 0;
 
+	/* Up before anything that arrived on it. */
+	if (c->up_pending && n > 0) {
+		out[got++] = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+		c->up_pending = 0;
+	}
 	while (got < n && c->stash_len) {
 		out[got++] = c->stash[c->stash_head];
 		c->stash_head = (c->stash_head + 1) % OFI_STASH;
@@ -277,19 +292,19 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 	int got;
 
 	got = ofi_poll_round(x, out, n);
-	if (got)
-		return got;
-	/* A spinning caller polls empty millions of times a second: look at
-	 * the clock on every 64th empty poll only (even the coarse clock costs
-	 * a few percent of a 0.3 us shm round trip). */
+	/* The control plane, busy or idle. A spinning caller polls millions
+	 * of times a second: look at the clock on every 64th poll only (even
+	 * the coarse clock costs a few percent of a 0.3 us shm round trip). */
 	if (++x->empty_polls % 64 != 0)
-		return 0;
+		return got;
 	now = (uint64_t)wimm_coarse_ns();
 	if (now < x->ctrl_next_ns)
-		return 0;
+		return got;
 	x->ctrl_next_ns = now + OFI_CTRL_PERIOD_NS;
 	ofi_check_ctrl(x);
-	return ofi_poll_round(x, out, n);
+	if (got < n)
+		got += ofi_poll_round(x, out + got, n - got);
+	return got;
 }
 
 int ofi_fd(void *bctx)
@@ -306,7 +321,7 @@ int ofi_arm(void *bctx)
 	for (struct ofi_conn *c = x->conns; c; c = c->next) {
 		if (c->cq)
 			ofi_conn_stash_cq(c);
-		if (c->stash_len || c->down_pending)
+		if (c->stash_len || c->down_pending || c->up_pending)
 			return WIMM_E_AGAIN;
 	}
 	if (!x->cq_wait_fd) {
