@@ -966,9 +966,9 @@ out:
 /* Both sides: ring `count` doorbells and take the peer's `count`, waiting
  * in `mode` ("spin", "block", "adaptive", "epoll": own epoll loop on
  * wimm_ctx_fd after wimm_ctx_arm returned 0) with an event array of nev;
- * then close gracefully. No progress for STALL_MS is a stall. Every wait
- * may sleep longer than that, so a lost wake-up is a stall, not a slow
- * pass. */
+ * then close gracefully. No progress for STALL_MS is a stall. A side that
+ * has sent everything sleeps up to STALL_MS at a time, so a lost wake-up
+ * (or receive slots never handed back) is a stall, not a slow pass. */
 static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode, int nev,
 		    uint32_t count, const char *side, char *why, size_t why_len)
 {
@@ -1007,14 +1007,21 @@ static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode
 				 wimm_err_name(rc));
 			goto out;
 		}
+		if (sent == count && got == count)
+			break;
+		/* A credit coming back is no event and wakes no one: out of
+		 * credit, look again after 1 ms. Only a side with nothing left
+		 * to send sleeps for long. */
+		int sleep_ms = sent < count ? 1 : STALL_MS;
+
 		if (m >= 0) {
-			n = wimm_wait(ctx, ev, nev, (enum wimm_wait_mode)m, STALL_MS);
+			n = wimm_wait(ctx, ev, nev, (enum wimm_wait_mode)m, sleep_ms);
 		} else {
 			rc = wimm_ctx_arm(ctx);
 			if (rc == 0) {
 				struct epoll_event e;
 
-				if (epoll_wait(epfd, &e, 1, STALL_MS) < 0 && errno != EINTR) {
+				if (epoll_wait(epfd, &e, 1, sleep_ms) < 0 && errno != EINTR) {
 					snprintf(why, why_len, "%s: epoll_wait: %s", side,
 						 strerror(errno));
 					goto out;
@@ -1026,16 +1033,18 @@ static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode
 			}
 			n = wimm_poll(ctx, ev, nev);
 		}
-		if (n < 0) {
-			snprintf(why, why_len, "%s: wait/poll: %s", side, wimm_err_name(n));
+		if (n < 0 || n > nev) {
+			snprintf(why, why_len, "%s: wait/poll: %d (%s) with an array of %d", side,
+				 n, n < 0 ? wimm_err_name(n) : "more than asked for", nev);
 			goto out;
 		}
 		for (int i = 0; i < n; i++) {
 			if (ev[i].type != WIMM_EV_WRITE_IMM || ev[i].imm != got) {
 				snprintf(why, why_len,
-					 "%s: %s event (imm %u, %s) where doorbell %u was due", side,
-					 conf_ev_name(ev[i].type), ev[i].imm,
-					 wimm_err_name(ev[i].status), got);
+					 "%s: %s event (imm %u, %s) where doorbell %u was due (%u "
+					 "of %u sent)",
+					 side, conf_ev_name(ev[i].type), ev[i].imm,
+					 wimm_err_name(ev[i].status), got, sent, count);
 				goto out;
 			}
 			got++;
