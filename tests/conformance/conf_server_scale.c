@@ -388,7 +388,7 @@ out:
 
 /* ------------------------------------------- server_connect_cycles */
 
-#define CYCLES 200
+#define CYCLES (getenv("NCYC") ? (uint32_t)atoi(getenv("NCYC")) : 200u)
 #define CYCLES_BASE 10
 /* Heap growth allowed from cycle 10 to cycle 200: allocator noise. */
 #define HEAP_TOLERANCE 4096
@@ -478,6 +478,8 @@ static void t_server_connect_cycles(const char *uri)
 	for (uint32_t i = 0; i < CYCLES; i++) {
 		if (serve_cycle(ctx, l, &p, i))
 			goto out;
+		if (getenv("DBG") && (i + 1) % 50 == 0)
+			fprintf(stderr, "DBG %u heap %zu fds %d\n", i + 1, mallinfo2().uordblks, count_fds());
 		if (i + 1 == CYCLES_BASE) {
 			fds_base = count_fds();
 			heap_base = mallinfo2().uordblks;
