@@ -189,6 +189,8 @@ int srv_peer_exit(struct srv_peer *p, int timeout_ms);
 void srv_peer_kill(struct srv_peer *p);
 void srv_peer_reap(struct srv_peer *p); /* kill, wait, close the pipes */
 int srv_needs_park(const char *uri);
+/* A wimm_ctx_attr.log hook: the first warnings and errors as diagnostics. */
+void srv_log(void *arg, enum wimm_log_level level, const char *msg);
 void srv_raise_nofile(void);
 /* The child's side: a status line, a failure line (returns 1), the next
  * command byte (0 if none; exits when the test is gone), a context. */

@@ -135,6 +135,10 @@ int srv_peer_line(struct srv_peer *p, char *line, size_t len)
 			p->len -= k + 1;
 			if (strncmp(line, "fail ", 5) == 0)
 				snprintf(p->why, sizeof(p->why), "%s", line + 5);
+			if (strncmp(line, "log ", 4) == 0) {
+				conf_diag("client %d: %s", (int)p->pid, line + 4);
+				continue;
+			}
 			return 1;
 		}
 		if (p->st < 0 || p->eof)
@@ -301,9 +305,29 @@ int child_cmd(int block)
 	return n == 1 ? c : 0;
 }
 
+/* What the library says about dropped and refused connections, passed on
+ * to the test (the first few lines). */
+static void child_log(void *arg, enum wimm_log_level level, const char *msg)
+{
+	static int lines;
+
+	(void)arg;
+	if (level <= WIMM_LOG_WARN && lines++ < 5)
+		child_say("log %s", msg);
+}
+
+void srv_log(void *arg, enum wimm_log_level level, const char *msg)
+{
+	static int lines;
+
+	(void)arg;
+	if (level <= WIMM_LOG_WARN && lines++ < 5)
+		conf_diag("server log: %s", msg);
+}
+
 int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx)
 {
-	struct wimm_ctx_attr attr = {.liveness_ms = liveness_ms};
+	struct wimm_ctx_attr attr = {.liveness_ms = liveness_ms, .log = child_log};
 
 	int rc = wimm_ctx_open(uri, &attr, ctx);
 	if (rc)
@@ -423,7 +447,7 @@ struct srv {
 
 static int srv_open(struct srv *s, const char *uri, uint32_t liveness_ms, const char *listen_addr)
 {
-	struct wimm_ctx_attr attr = {.liveness_ms = liveness_ms};
+	struct wimm_ctx_attr attr = {.liveness_ms = liveness_ms, .log = srv_log};
 
 	memset(s, 0, sizeof(*s));
 	int rc = wimm_ctx_open(uri, &attr, &s->ctx);

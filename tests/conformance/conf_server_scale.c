@@ -51,16 +51,26 @@ struct scale_id {
 	uint32_t idx;
 };
 
-/* Take what events there are: none may say a connection failed. */
+static char last_why[128];
+
+/* Take what events there are: none may say a connection failed (-1, with
+ * last_why set). */
 static int child_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
 	int rc = wimm_poll(ctx, ev, n);
 
-	if (rc < 0)
-		return child_fail(ctx, "wimm_poll", rc);
-	for (int i = 0; i < rc; i++)
-		if (ev[i].type == WIMM_EV_DISCONNECT || ev[i].type == WIMM_EV_ERROR)
-			return child_fail(ctx, "a connection failed", ev[i].status);
+	if (rc < 0) {
+		snprintf(last_why, sizeof(last_why), "wimm_poll: %s", wimm_err_name(rc));
+		return -1;
+	}
+	for (int i = 0; i < rc; i++) {
+		if (ev[i].type == WIMM_EV_DISCONNECT || ev[i].type == WIMM_EV_ERROR) {
+			snprintf(last_why, sizeof(last_why), "a connection failed: %s",
+				 wimm_err_name(ev[i].status));
+			return -1;
+		}
+	}
+	(void)ctx;
 	return 0;
 }
 
@@ -79,9 +89,12 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 		return child_fail(NULL, "calloc", WIMM_E_NOMEM);
 	if (child_open(uri, 0, &ctx))
 		return 1;
-	uint64_t t0 = conf_now_us();
+	uint64_t t0 = conf_now_us(), slowest = 0;
+	int slow_said = 0;
 
 	for (int i = 0; i < nconn; i++) {
+		uint64_t t1 = conf_now_us();
+
 		struct scale_id id = {SCALE_MAGIC, (uint16_t)proc, (uint32_t)i};
 		struct wimm_conn_attr attr = {.private_data = &id, .private_len = sizeof(id)};
 
@@ -94,12 +107,25 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 				 nconn, count_fds(), (unsigned long long)rl.rlim_cur);
 			return child_fail(ctx, what, rc);
 		}
+		uint64_t took = conf_now_us() - t1;
+
+		if (took > slowest)
+			slowest = took;
+		/* Heartbeats of this context's other connections wait meanwhile. */
+		if (took > 1000000 && slow_said++ < 3)
+			child_say("log wimm_connect #%d took %.1f ms", i, (double)took / 1e3);
 		/* Poll between connects: heartbeats of the earlier ones go out
 		 * from poll and wait only (wimm_ctx_attr.liveness_ms). */
-		if (child_events(ctx, ev, 64))
+		if (child_events(ctx, ev, 64)) {
+			child_say("fail after connection %d of %d, %.1f s in (slowest connect "
+				  "%.1f ms): %s",
+				  i, nconn, (double)(conf_now_us() - t0) / 1e6, (double)slowest / 1e3,
+				  last_why);
 			return 1;
+		}
 	}
-	child_say("connected %llu", (unsigned long long)(conf_now_us() - t0));
+	child_say("connected %llu %llu", (unsigned long long)(conf_now_us() - t0),
+		  (unsigned long long)slowest);
 	for (int i = 0; i < nconn; i++) {
 		for (uint32_t k = 0; k < SCALE_DOORBELLS; k++) {
 			rc = wimm_write_imm(c[i], NULL, 0, 0, 0, k, WIMM_F_WAIT);
@@ -112,8 +138,10 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 	child_say("sent");
 	while (child_cmd(0) != 'c') {
 		conf_sleep_us(2000);
-		if (child_events(ctx, ev, 64))
+		if (child_events(ctx, ev, 64)) {
+			child_say("fail while idle: %s", last_why);
 			return 1;
+		}
 	}
 	for (int i = 0; i < nconn; i++) {
 		rc = wimm_conn_close(&c[i], 5000);
@@ -174,13 +202,25 @@ struct many {
 	int total, per;
 	struct wimm_conn **conn;
 	uint32_t *rx;
+	int64_t *acc_ms;
 	int requests, accepted, established, disconnects, doorbells;
 	int closing;
+	uint64_t slowest_accept_us, longest_burst_us, longest_turn_us;
 };
+
+/* Take up to ACCEPT_BURST requests, then let the loop turn (heartbeats,
+ * doorbells): CONNECT is level-triggered, the rest come next turn. */
+#define ACCEPT_BURST 8
 
 static int many_accept(struct many *m)
 {
-	for (;;) {
+	uint64_t t0 = conf_now_us();
+
+	for (int b = 0; b < ACCEPT_BURST; b++) {
+		uint64_t burst = conf_now_us() - t0;
+
+		if (burst > m->longest_burst_us)
+			m->longest_burst_us = burst;
 		struct wimm_request *r = NULL;
 		struct wimm_request_info info;
 		int rc = wimm_listener_request(m->l, 0, &r);
@@ -203,7 +243,12 @@ static int many_accept(struct many *m)
 		       "bad or repeated client id %u/%u", id.proc, id.idx);
 		struct wimm_conn_attr attr = {.user = (void *)(uintptr_t)(k + 1)};
 
+		uint64_t ta = conf_now_us();
+
 		rc = wimm_request_accept(&r, &attr, &m->conn[k]);
+		ta = conf_now_us() - ta;
+		if (ta > m->slowest_accept_us)
+			m->slowest_accept_us = ta;
 		if (rc) {
 			const char *text = "";
 			struct wimm_ctx_stats st = {0};
@@ -217,8 +262,10 @@ static int many_accept(struct many *m)
 				  st.cq_reserved, count_fds());
 			goto out;
 		}
+		m->acc_ms[k] = conf_now_ms();
 		m->accepted++;
 	}
+	return 0;
 out:
 	return -1;
 }
@@ -248,8 +295,14 @@ static int many_turn(struct many *m)
 			m->doorbells++;
 			break;
 		case WIMM_EV_DISCONNECT:
-			CHECKF(m->closing, "connection %d dropped before the clients closed: %s", k,
-			       wimm_err_name(ev[i].status));
+			CHECKF(m->closing,
+			       "connection %d (client process %d, #%d) dropped before the clients "
+			       "closed: %s, %lld ms after it was accepted; %d of %d accepted by then "
+			       "(slowest wimm_request_accept %.1f ms)",
+			       k, k / m->per, k % m->per, wimm_err_name(ev[i].status),
+			       k >= 0 && k < m->total ? (long long)(conf_now_ms() - m->acc_ms[k])
+						      : -1LL,
+			       m->accepted, m->total, (double)m->slowest_accept_us / 1e3);
 			CHECKF(k >= 0 && k < m->total && m->conn[k], "DISCONNECT of connection %d",
 			       k);
 			wimm_conn_delete(&m->conn[k]);
@@ -265,6 +318,8 @@ out:
 	return -1;
 }
 
+static unsigned long long slowest_connect_us;
+
 /* Collect the children's lines: how many said "sent" and "closed"; a
  * child that fails, or ends before it closed, fails the test. */
 static int many_lines(struct srv_peer *p, int np, int *said_sent, int *said_closed,
@@ -276,6 +331,11 @@ static int many_lines(struct srv_peer *p, int np, int *said_sent, int *said_clos
 		int rc;
 
 		while ((rc = srv_peer_line(&p[i], line, sizeof(line))) == 1) {
+			unsigned long long all_us, max_us;
+
+			if (sscanf(line, "connected %llu %llu", &all_us, &max_us) == 2 &&
+			    max_us > slowest_connect_us)
+				slowest_connect_us = max_us;
 			if (strcmp(line, "sent") == 0 && !(state[i] & 1)) {
 				state[i] |= 1;
 				(*said_sent)++;
@@ -313,7 +373,8 @@ static void t_server_many_connections(const char *uri)
 	m.per = (m.total + procs - 1) / procs;
 	m.conn = calloc((size_t)m.total, sizeof(*m.conn));
 	m.rx = calloc((size_t)m.total, sizeof(*m.rx));
-	CHECK(m.conn && m.rx);
+	m.acc_ms = calloc((size_t)m.total, sizeof(*m.acc_ms));
+	CHECK(m.conn && m.rx && m.acc_ms);
 	/* The test's own limit, not the library's business. */
 	srv_raise_nofile();
 	struct rlimit rl;
@@ -323,7 +384,8 @@ static void t_server_many_connections(const char *uri)
 	       "RLIMIT_NOFILE %llu (hard limit) is below the %d descriptors %d connections "
 	       "may need",
 	       (unsigned long long)rl.rlim_cur, 2 * m.total + 64, m.total);
-	int rc = wimm_ctx_open(uri, NULL, &m.ctx);
+	struct wimm_ctx_attr cattr = {.log = srv_log};
+	int rc = wimm_ctx_open(uri, &cattr, &m.ctx);
 
 	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
 		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
@@ -364,16 +426,28 @@ static void t_server_many_connections(const char *uri)
 	struct wimm_ctx_stats st;
 
 	CHECK_OK(wimm_ctx_stats(m.ctx, &st));
-	conf_diag("%d connections from %d processes: all established after %lld ms (%.0f/s), "
-		  "%d doorbells after %lld ms; server: %d more fds, CQ capacity %u (reserved %u)",
+	conf_diag("%d connections from %d processes: all established after %lld ms (%.0f/s, "
+		  "slowest wimm_connect %.1f ms, wimm_request_accept %.1f ms, longest accept "
+		  "burst %.1f ms), %d doorbells after %lld ms; server: %d more fds, CQ capacity "
+		  "%u (reserved %u)",
 		  m.total, procs, (long long)(t_est - t0),
-		  m.total * 1000.0 / (double)(t_est - t0 + 1), m.doorbells, (long long)(t1 - t0),
-		  count_fds() - fds0, st.cq_capacity, st.cq_reserved);
+		  m.total * 1000.0 / (double)(t_est - t0 + 1), (double)slowest_connect_us / 1e3,
+		  (double)m.slowest_accept_us / 1e3, (double)m.longest_burst_us / 1e3,
+		  m.doorbells, (long long)(t1 - t0), count_fds() - fds0, st.cq_capacity,
+		  st.cq_reserved);
 	CHECK_EQ(m.requests, m.total);
 	CHECK_EQ(st.conns_open, m.total);
 	for (int k = 0; k < m.total; k++)
 		CHECKF(m.rx[k] == SCALE_DOORBELLS, "connection %d: %u doorbells", k, m.rx[k]);
 
+	if (getenv("IDLE")) {
+		int64_t until = conf_now_ms() + atoi(getenv("IDLE"));
+		while (conf_now_ms() < until)
+			if (many_turn(&m) || many_lines(p, np, &sent, &closed, state))
+				goto out;
+		CHECK_OK(wimm_ctx_stats(m.ctx, &st));
+		conf_diag("idle: hb out %llu in %llu", (unsigned long long)st.total.heartbeats_out, (unsigned long long)st.total.heartbeats_in);
+	}
 	/* The clients close: as many DISCONNECTs. */
 	m.closing = 1;
 	for (int i = 0; i < procs; i++)
@@ -406,6 +480,7 @@ out:
 		conf_fail(__FILE__, __LINE__, "wimm_ctx_close: %s", wimm_err_name(rc));
 	free(m.conn);
 	free(m.rx);
+	free(m.acc_ms);
 }
 
 /* ------------------------------------------- server_connect_cycles */
