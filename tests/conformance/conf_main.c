@@ -24,7 +24,7 @@
 
 static const struct conf_test *const tables[] = {
     conf_tests_input,  conf_tests_handshake_cm, conf_tests_data, conf_tests_bounds,
-    conf_tests_credit, conf_tests_failure,	conf_tests_wait,
+    conf_tests_credit, conf_tests_failure,	conf_tests_wait, conf_tests_requests,
 };
 
 /* What a test process reports back to the runner. */
