@@ -125,7 +125,8 @@ static void usage(FILE *f)
 	      "with evidence and a fix.\n"
 	      "\n"
 	      "  -f FABRIC      verbs:<device>, ofi:tcp, ofi:shm, ofi:<provider>, auto (default)\n"
-	      "  -p PORT        TCP port of the side protocol (default 7472)\n"
+	      "  -p PORT        TCP port of the side protocol (default 7472; --serve -p 0:\n"
+	      "                 any free one, printed on stderr)\n"
 	      "  --gid N        GID index on verbs (default: the first RoCEv2 IPv4 GID)\n"
 	      "  --timeout SEC  longest wait for a completion or the peer (default 10)\n"
 	      "  --inject FAULT reproduce FAULT on a loopback pair (verbs):\n",
@@ -170,7 +171,7 @@ static int parse(int argc, char **argv, struct dr_opts *o)
 		case O_GID:
 		case O_TIMEOUT:
 			v = strtol(optarg, &end, 10);
-			if (*end || end == optarg || v < 0 || v > 65535 || (c == 'p' && !v)) {
+			if (*end || end == optarg || v < 0 || v > 65535) {
 				fprintf(stderr, "wimm: doctor: bad number '%s'\n", optarg);
 				return -1;
 			}
@@ -219,6 +220,10 @@ static int parse(int argc, char **argv, struct dr_opts *o)
 	if (o->fault && (o->host || o->serve)) {
 		fprintf(stderr, "wimm: doctor: --inject runs on a loopback pair: give no HOST and "
 				"no --serve\n");
+		return -1;
+	}
+	if (!o->serve && !o->port) {
+		fprintf(stderr, "wimm: doctor: -p 0 (any free port) is for --serve only\n");
 		return -1;
 	}
 	if (o->serve && o->host) {

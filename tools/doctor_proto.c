@@ -268,8 +268,15 @@ int dp_serve(const struct dr_opts *o, const struct dr_fabric *f)
 		close(lfd);
 		return 1;
 	}
+	{
+		socklen_t len = sizeof(sa);
+
+		getsockname(lfd, (struct sockaddr *)&sa, &len);
+	}
+	/* Scripts read the port from this line when they asked for -p 0. */
 	fprintf(stderr, "wimm: doctor --serve: %s:%s on TCP port %d, protocol version %d\n",
-		f->kind == DR_VERBS ? "verbs" : "ofi", f->name, o->port, DOCTOR_PROTO_VERSION);
+		f->kind == DR_VERBS ? "verbs" : "ofi", f->name, ntohs(sa.sin6_port),
+		DOCTOR_PROTO_VERSION);
 	for (;;) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 

@@ -275,11 +275,6 @@ void dv_rx_key(const struct dv_end *rx, const struct dv_target *t, struct dv_key
 	}
 }
 
-static const char *async_name(enum ibv_event_type t)
-{
-	return ibv_event_type_str(t);
-}
-
 void dv_cq_info(struct dv_end *e, struct dv_cq *c)
 {
 	struct ibv_async_event ae;
@@ -288,8 +283,10 @@ void dv_cq_info(struct dv_end *e, struct dv_cq *c)
 	while (!ibv_get_async_event(e->ctx, &ae)) {
 		if (ae.event_type == IBV_EVENT_CQ_ERR)
 			e->cq_err++;
-		dr_cat(e->async, sizeof(e->async), "%s%s", e->async[0] ? ", " : "",
-		       async_name(ae.event_type));
+		/* A CQ overrun raises one event per lost completion: count
+		 * them by type rather than list each. */
+		if ((unsigned)ae.event_type < DV_EVENT_TYPES)
+			e->events[ae.event_type]++;
 		ibv_ack_async_event(&ae);
 	}
 	memset(c, 0, sizeof(*c));
@@ -299,7 +296,10 @@ void dv_cq_info(struct dv_end *e, struct dv_cq *c)
 	 * each signaled send of this end (none on the receiver). */
 	c->outstanding = e->recv_posted;
 	c->cq_err = e->cq_err;
-	snprintf(c->async, sizeof(c->async), "%s", e->async);
+	for (int t = 0; t < DV_EVENT_TYPES; t++)
+		if (e->events[t])
+			dr_cat(c->async, sizeof(c->async), "%s%s x%d", c->async[0] ? ", " : "",
+			       ibv_event_type_str((enum ibv_event_type)t), e->events[t]);
 }
 
 int dv_poll(struct dv_end *e, int timeout_ms, int want, struct dv_wc *wc, int max)

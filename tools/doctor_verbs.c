@@ -169,14 +169,19 @@ static int collect_receiver(struct run *u, char *err, size_t errlen)
 		return -1;
 	if (!u->nrwc)
 		dr_cat(s, cap, "no completion within %d ms", ms);
-	for (int i = 0; i < u->nrwc; i++) {
+	for (int i = 0, run; i < u->nrwc; i += run) {
 		const struct dv_wc *w = &u->rwc[i];
 
+		/* Error completions repeat (a flush per receive): count them. */
+		for (run = 1; w->status != IBV_WC_SUCCESS && i + run < u->nrwc &&
+			      u->rwc[i + run].status == w->status;
+		     run++)
+			;
 		if (w->status == IBV_WC_SUCCESS)
 			dr_cat(s, cap, "%s%s imm 0x%08x len %u", i ? "; " : "",
 			       dv_wc_opcode_name(w->opcode), w->imm, w->len);
 		else
-			dr_cat(s, cap, "%s%s", i ? "; " : "", wc_status(w->status));
+			dr_cat(s, cap, "%s%s x%d", i ? "; " : "", wc_status(w->status), run);
 	}
 	if (pe_cq(&u->peer, &u->rxcq_after, err, errlen))
 		return -1;
@@ -224,7 +229,8 @@ static void step_recv(struct run *u)
 		       "zero-SGE receive is enough, ERRATA E1), and before the QP reaches RTR; "
 		       "wimm does this with rx_depth and credits. A larger rnr_retry only hides a "
 		       "receiver that falls behind",
-		       "%s: every write-with-imm needs a receive WQE and is answered with RNR NAKs "
+		       "%s. Cause: every write-with-imm needs a receive WQE and is answered with "
+		       "RNR NAKs "
 		       "while none is posted",
 		       ev);
 	else
@@ -262,7 +268,8 @@ static void step_qp(struct run *u)
 		dr_set(u->r, DR_QP, DR_FAIL,
 		       "give both ends the same path_mtu in RTR (the smaller active_mtu of the two "
 		       "ports)",
-		       "%s: the path MTUs differ, packets larger than the receiver's are dropped",
+		       "%s. Cause: the path MTUs differ, packets larger than the receiver's are "
+		       "dropped",
 		       ev);
 		return;
 	}
@@ -274,7 +281,7 @@ static void step_qp(struct run *u)
 		       "(ibv_modify_qp with IBV_QPS_RTS, sq_psn, timeout, retry_cnt, rnr_retry) "
 		       "to send; rdma_cm does it in rdma_connect/rdma_accept, so with rdma_cm look "
 		       "for an ESTABLISHED event that never came",
-		       "%s: a QP is not in RTS, a sender in RTR or INIT cannot send", ev);
+		       "%s. Cause: a QP is not in RTS, a sender in RTR or INIT cannot send", ev);
 }
 
 static void step_key(struct run *u)
@@ -304,7 +311,8 @@ static void step_key(struct run *u)
 		       "keep the window registered for as long as a peer may write into it: "
 		       "deregister only after the peer was told or has gone, and hand out the new "
 		       "rkey and address after any re-registration",
-		       "%s: the sender writes to a registration the receiver no longer has", ev);
+		       "%s. Cause: the sender writes to a registration the receiver no longer has",
+		       ev);
 }
 
 static void step_access(struct run *u)
@@ -334,7 +342,8 @@ static void step_access(struct run *u)
 		       "register the window with IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE "
 		       "and give the receiver QP qp_access_flags IBV_ACCESS_REMOTE_WRITE in INIT "
 		       "(wimm: WIMM_REMOTE_WRITE)",
-		       "%s: without REMOTE_WRITE the responder answers with a remote access error "
+		       "%s. Cause: without REMOTE_WRITE the responder answers with a remote access "
+		       "error "
 		       "and writes nothing",
 		       ev);
 }
@@ -357,7 +366,7 @@ static void step_cq(struct run *u)
 		       "size the CQ for every receive and signaled send that can complete before "
 		       "the next poll (wimm: cq_budget >= sum of rx_depth + sq_depth + 4); after "
 		       "IBV_EVENT_CQ_ERR the QPs on that CQ are in error and must be re-created",
-		       "%s: completions beyond the CQ's depth overrun it and are lost", ev);
+		       "%s. Cause: completions beyond the CQ's depth overrun it and are lost", ev);
 	else
 		dr_set(u->r, DR_CQ, DR_PASS, "", "%s", ev);
 }
@@ -560,7 +569,10 @@ static int setup(struct run *u, const struct dr_fabric *f, char *err, size_t err
 		return -1;
 	dv_id_of(&u->tx, &u->tx_id);
 	if (o->host) {
-		if (dp_connect(o->host, o->port, "verbs", o->timeout_ms, &u->conn, err, errlen))
+		char uri[80];
+
+		snprintf(uri, sizeof(uri), "verbs:%s", f->name);
+		if (dp_connect(o->host, o->port, uri, o->timeout_ms, &u->conn, err, errlen))
 			return -1;
 		u->peer.remote = &u->conn;
 	} else {

@@ -16,6 +16,7 @@
 #define DV_MAX_LIVE 2	 /* the receiver's registrations: window, credit word */
 #define DV_MAX_COUNTERS 64
 #define DV_MAX_WC 16
+#define DV_EVENT_TYPES 32    /* enum ibv_event_type fits */
 #define DV_RECV_WRID 0x1000u /* wr_id bit of receives */
 #define DV_TIMEOUT 14	     /* local ACK timeout 4.096 us * 2^14 = 67 ms */
 #define DV_RETRY_CNT 3
@@ -87,7 +88,7 @@ struct dv_end {
 	uint64_t credit_word;
 	int recv_posted;
 	int cq_err;
-	char async[256];
+	int events[DV_EVENT_TYPES]; /* async events seen, by type */
 };
 
 /* Open DEV, pick the GID (gid_index < 0: the first RoCEv2 IPv4 one). */
