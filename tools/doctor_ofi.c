@@ -28,7 +28,7 @@ struct oinfo {
 	int found;
 	uint64_t caps, mode, msg_order;
 	int mr_mode, ep_type;
-	size_t cq_data_size;
+	size_t cq_data_size, mr_key_size;
 };
 
 struct oprobe {
@@ -43,39 +43,58 @@ static uint8_t pattern(size_t b, int i)
 	return (uint8_t)(b * 7 + (unsigned)i * 13) | 1;
 }
 
+/* fi_getinfo for one endpoint type; order: the tx msg_order to ask for
+ * (0: none). */
+static int query_one(const char *prov, enum fi_ep_type type, uint64_t order, struct oinfo *oi)
+{
+	struct fi_info *h = fi_allocinfo(), *list = NULL;
+	int found = 0;
+
+	if (!h)
+		return 0;
+	h->caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+	/* Offer every mode a provider may ask for: what it keeps in
+	 * info->mode is what it requires. */
+	h->mode = FI_RX_CQ_DATA | FI_CONTEXT | FI_CONTEXT2 | FI_MSG_PREFIX;
+	h->ep_attr->type = type;
+	h->tx_attr->msg_order = order;
+	h->domain_attr->mr_mode =
+	    FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+	h->fabric_attr->prov_name = strdup(prov);
+	if (!fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, h, &list))
+		for (struct fi_info *i = list; i && !found; i = i->next) {
+			if (strcmp(i->fabric_attr->prov_name, prov))
+				continue; /* a layered "tcp;ofi_rxm" */
+			found = 1;
+			oi->found = 1;
+			oi->caps = i->caps;
+			oi->mode = i->mode;
+			oi->msg_order = i->tx_attr->msg_order;
+			oi->mr_mode = i->domain_attr->mr_mode;
+			oi->ep_type = i->ep_attr->type;
+			oi->cq_data_size = i->domain_attr->cq_data_size;
+			oi->mr_key_size = i->domain_attr->mr_key_size;
+		}
+	fi_freeinfo(list);
+	fi_freeinfo(h);
+	return found;
+}
+
 static void ofi_query(const char *prov, struct oinfo *oi, char *names, size_t cap)
 {
 	static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
 	struct fi_info *all = NULL;
 
 	memset(oi, 0, sizeof(*oi));
-	for (size_t t = 0; t < 2 && !oi->found; t++) {
-		struct fi_info *h = fi_allocinfo(), *list = NULL;
+	for (size_t t = 0; t < 2 && !oi->found; t++)
+		query_one(prov, types[t], 0, oi);
+	/* Providers list only the ordering asked for (shm says FI_ORDER_SAS
+	 * unless asked): ask for write-after-write and keep the answer. */
+	if (oi->found) {
+		struct oinfo o2 = {0};
 
-		if (!h)
-			return;
-		h->caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
-		/* Offer every mode a provider may ask for: what it keeps in
-		 * info->mode is what it requires. */
-		h->mode = FI_RX_CQ_DATA | FI_CONTEXT | FI_CONTEXT2 | FI_MSG_PREFIX;
-		h->ep_attr->type = types[t];
-		h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-					  FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-		h->fabric_attr->prov_name = strdup(prov);
-		if (!fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, h, &list))
-			for (struct fi_info *i = list; i && !oi->found; i = i->next) {
-				if (strcmp(i->fabric_attr->prov_name, prov))
-					continue; /* a layered "tcp;ofi_rxm" */
-				oi->found = 1;
-				oi->caps = i->caps;
-				oi->mode = i->mode;
-				oi->msg_order = i->tx_attr->msg_order;
-				oi->mr_mode = i->domain_attr->mr_mode;
-				oi->ep_type = i->ep_attr->type;
-				oi->cq_data_size = i->domain_attr->cq_data_size;
-			}
-		fi_freeinfo(list);
-		fi_freeinfo(h);
+		if (query_one(prov, (enum fi_ep_type)oi->ep_type, FI_ORDER_WAW, &o2))
+			oi->msg_order = o2.msg_order;
 	}
 	names[0] = '\0';
 	if (oi->found || fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, NULL, &all))
@@ -298,8 +317,9 @@ static void serve_listening(int port, void *arg)
 
 static void info_line(const struct oinfo *oi, FILE *out)
 {
-	fprintf(out, "info %d %" PRIx64 " %" PRIx64 " %x %zu %" PRIx64 " %d\n", oi->found, oi->caps,
-		oi->mode, (unsigned)oi->mr_mode, oi->cq_data_size, oi->msg_order, oi->ep_type);
+	fprintf(out, "info %d %" PRIx64 " %" PRIx64 " %x %zu %" PRIx64 " %d %zu\n", oi->found,
+		oi->caps, oi->mode, (unsigned)oi->mr_mode, oi->cq_data_size, oi->msg_order,
+		oi->ep_type, oi->mr_key_size);
 }
 
 int do_serve_line(const char *prov, const struct dr_opts *o, char *line, FILE *out)
@@ -421,23 +441,31 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 	else
 		dr_set(r, DR_RECV, DR_PASS, "", "%s", ev);
 
+	/* Doorbells announce data in post order (contract 1) only if the
+	 * provider keeps writes in order: FI_ORDER_WAW. */
 	snprintf(ev, sizeof(ev),
-		 "libfabric shows no QP state; what stands for it: a %s endpoint with caps %s, "
-		 "ordering (tx msg_order) %s; the probe pair %s",
+		 "libfabric shows no QP state; what stands for it: a %s endpoint with caps %s; "
+		 "ordering (tx msg_order, FI_ORDER_WAW asked for) %s: writes %s in post order; "
+		 "the probe pair %s%s%s",
 		 fi_tostr(&oi->ep_type, FI_TYPE_EP_TYPE), caps, order,
-		 serr[0] ? "failed" : "connected and completed");
-	if (need_caps && !serr[0])
+		 oi->msg_order & FI_ORDER_WAW ? "land" : "may not land",
+		 serr[0] ? "failed: " : "connected and completed", serr,
+		 peer && !(peer->msg_order & FI_ORDER_WAW)
+		     ? "; the peer's provider lacks FI_ORDER_WAW"
+		     : "");
+	if (need_caps && !serr[0] && oi->msg_order & FI_ORDER_WAW &&
+	    (!peer || peer->msg_order & FI_ORDER_WAW))
 		dr_set(r, DR_QP, DR_PASS, "", "%s", ev);
 	else
 		dr_set(r, DR_QP, DR_FAIL,
-		       "pick a provider with FI_RMA, FI_WRITE and FI_REMOTE_WRITE (fi_info -p NAME "
-		       "-v) and check the peer address",
+		       "pick a provider with FI_RMA, FI_WRITE, FI_REMOTE_WRITE and FI_ORDER_WAW "
+		       "(fi_info -p NAME -v), and check the peer's address",
 		       "%s", ev);
 
 	snprintf(ev, sizeof(ev),
-		 "mr_mode %s, key size %s: %s; %s; %d of %d probes' bytes landed where the sender "
-		 "aimed",
-		 mr, oi->mr_mode & FI_MR_PROV_KEY ? "provider-chosen" : "user-chosen",
+		 "mr_mode %s; %zu-byte keys chosen by %s: %s; %s; %d of %d probes' bytes landed "
+		 "where the sender aimed",
+		 mr, oi->mr_key_size, oi->mr_mode & FI_MR_PROV_KEY ? "the provider" : "the user",
 		 oi->mr_mode & FI_MR_PROV_KEY
 		     ? "the key must travel to the sender (wimm's handshake)"
 		     : "wimm chooses the keys",
@@ -503,9 +531,10 @@ int do_run(const struct dr_opts *o, const struct dr_fabric *f, struct dr_report 
 		if (dp_connect(o->host, o->port, uri, o->timeout_ms, &c, err, errlen))
 			return -1;
 		if (dp_call(&c, line, sizeof(line), err, errlen, "info") ||
-		    sscanf(line, "info %d %" SCNx64 " %" SCNx64 " %x %zu %" SCNx64 " %d",
+		    sscanf(line, "info %d %" SCNx64 " %" SCNx64 " %x %zu %" SCNx64 " %d %zu",
 			   &peer.found, &peer.caps, &peer.mode, (unsigned *)&peer.mr_mode,
-			   &peer.cq_data_size, &peer.msg_order, &peer.ep_type) != 7 ||
+			   &peer.cq_data_size, &peer.msg_order, &peer.ep_type,
+			   &peer.mr_key_size) != 8 ||
 		    probe_remote(o, uri, &c, &res, serr, sizeof(serr), err, errlen)) {
 			if (!err[0])
 				snprintf(err, errlen, "bad info from the doctor peer");

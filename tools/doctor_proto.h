@@ -18,8 +18,9 @@
  *   poll <ms> <want>            -> wc <n> {<status> <opcode> <with_imm> <imm> <len>}*n
  *   counters                    -> counters <n|-1> {<name>=<value>}*n
  * ofi requests:
- *   info                        -> info <caps> <mode> <mr_mode> <cq_data_size> <msg_order>
- *   probe <n>                   -> listen <port>, then, once the probes are in or the
+ *   info                        -> info <found> <caps> <mode> <mr_mode> <cq_data_size>
+ *                                     <msg_order> <ep_type> <mr_key_size>
+ *   probe                       -> listen <port>, then, once the probes are in or the
  *                                  time is up: events <n> {<imm> <len> <ok>}*n
  */
 #ifndef WIMM_DOCTOR_PROTO_H

@@ -119,7 +119,7 @@ void dv_close(struct dv_end *e)
 int dv_create(struct dv_end *e, int cqe, unsigned mr_access, char *err, size_t errlen)
 {
 	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 8,
+				      .cap = {.max_send_wr = DV_SQ_DEPTH,
 					      .max_recv_wr = DV_RX_DEPTH,
 					      .max_send_sge = 1,
 					      .max_recv_sge = 1}};

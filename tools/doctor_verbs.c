@@ -350,18 +350,20 @@ static void step_access(struct run *u)
 
 static void step_cq(struct run *u)
 {
-	char ev[DR_TEXT] = "", moved[512] = "";
+	char ev[DR_TEXT] = "";
+	int tx_cqe = u->tx.cq->cqe;
+	int tx_err = u->txcq_after.cq_err, rx_err = u->rxcq_after.cq_err;
 
-	counters_moved(&u->c0tx, &u->c1tx, moved, sizeof(moved));
+	/* The sender's CQ takes a completion per signaled send (all probes
+	 * are signaled), up to its send queue depth. */
 	dr_cat(ev, sizeof(ev),
-	       "receiver CQ has %d entries for %d completions that can be pending unpolled; "
-	       "CQ error async events: %d (%s); device counters that moved: %s",
-	       u->rxcq.cqe, u->rxcq.outstanding, u->rxcq_after.cq_err,
+	       "receiver CQ has %d entries for %d completions that can be pending unpolled (its "
+	       "posted receives); sender CQ has %d for %d send slots; CQ error async events: "
+	       "receiver %d, sender %d (receiver: %s; sender: %s); device counters that moved: %s",
+	       u->rxcq.cqe, u->rxcq.outstanding, tx_cqe, DV_SQ_DEPTH, rx_err, tx_err,
 	       u->rxcq_after.async[0] ? u->rxcq_after.async : "no async event",
-	       moved[0] ? moved : "none");
-	if (u->c1tx.n < 0)
-		dr_cat(ev, sizeof(ev), " (no hw_counters on %s)", u->tx.dev);
-	if (u->rxcq.cqe < u->rxcq.outstanding || u->rxcq_after.cq_err)
+	       u->txcq_after.async[0] ? u->txcq_after.async : "no async event", u->r->counters);
+	if (u->rxcq.cqe < u->rxcq.outstanding || tx_cqe < DV_SQ_DEPTH || rx_err || tx_err)
 		dr_set(u->r, DR_CQ, DR_FAIL,
 		       "size the CQ for every receive and signaled send that can complete before "
 		       "the next poll (wimm: cq_budget >= sum of rx_depth + sq_depth + 4); after "

@@ -10,6 +10,7 @@
 #include "doctor.h"
 
 #define DV_PORT 1
+#define DV_SQ_DEPTH 8	 /* send slots of each end */
 #define DV_RX_DEPTH 8	 /* receives the healthy receiver posts */
 #define DV_CQE 16	 /* CQ entries of each healthy end (>= DV_RX_DEPTH) */
 #define DV_BUF_LEN 16384 /* window and source: 3 packets at MTU 4096 fit */
