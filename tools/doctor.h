@@ -52,6 +52,7 @@ enum dr_fault {
 struct dr_step {
 	enum dr_status status;
 	char evidence[DR_TEXT];
+	char cause[256]; /* a failed step: why the receiver sees nothing */
 	char fix[512];
 };
 
@@ -86,7 +87,8 @@ struct dr_fabric {
 	char name[64];
 };
 
-/* doctor_main.c */
+/* doctor_main.c. dr_set formats the evidence; for a failed step the text
+ * after ". Cause: " in it becomes the step's cause. */
 extern const char *const dr_step_title[DR_STEPS];
 extern const char *const dr_fault_name[DR_FAULTS];
 void dr_set(struct dr_report *r, enum dr_step_id s, enum dr_status st, const char *fix,

@@ -56,6 +56,15 @@ void dr_set(struct dr_report *r, enum dr_step_id s, enum dr_status st, const cha
 	va_start(ap, fmt);
 	vsnprintf(r->step[s].evidence, sizeof(r->step[s].evidence), fmt, ap);
 	va_end(ap);
+	r->step[s].cause[0] = '\0';
+	if (st == DR_FAIL) {
+		char *c = strstr(r->step[s].evidence, ". Cause: ");
+
+		if (c) {
+			snprintf(r->step[s].cause, sizeof(r->step[s].cause), "%s", c + 9);
+			*c = '\0';
+		}
+	}
 }
 
 int64_t dr_now_ms(void)
@@ -272,6 +281,8 @@ static void print_json(const struct dr_opts *o, const struct dr_report *r, int f
 		printf(",\"status\":\"%s\",\"evidence\":",
 		       r->step[i].status == DR_FAIL ? "fail" : status_name[r->step[i].status]);
 		json_str(stdout, r->step[i].evidence);
+		fputs(",\"cause\":", stdout);
+		json_str(stdout, r->step[i].cause);
 		fputs(",\"fix\":", stdout);
 		json_str(stdout, r->step[i].fix);
 		fputc('}', stdout);
@@ -315,6 +326,8 @@ static void print_text(const struct dr_opts *o, const struct dr_report *r, int f
 		n[s->status]++;
 		printf("[%s] step %d, %s\n", status_name[s->status], i, dr_step_title[i]);
 		printf("       %s\n", s->evidence);
+		if (s->cause[0])
+			printf("       cause: %s\n", s->cause);
 		if (s->status == DR_FAIL && s->fix[0])
 			printf("       fix: %s\n", s->fix);
 	}
@@ -336,7 +349,7 @@ static void print_text(const struct dr_opts *o, const struct dr_report *r, int f
 	}
 	if (failed >= 0)
 		printf("verdict: FAIL at step %d (%s): %s\n", failed, dr_step_title[failed],
-		       r->step[failed].fix);
+		       r->step[failed].cause[0] ? r->step[failed].cause : r->step[failed].evidence);
 	else
 		printf("verdict: healthy: %d steps pass, %d n/a, none failed\n", n[DR_PASS],
 		       n[DR_NA]);

@@ -437,7 +437,10 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 		    "with FI_RX_CQ_DATA every write-with-imm needs a posted receive, which wimm's "
 		    "ofi backend does not post: use verbs:<device>; missing events: see the "
 		    "receiver's line",
-		    "%s", ev);
+		    "%s. Cause: %s", ev,
+		    (oi->mode | (peer ? peer->mode : 0)) & FI_RX_CQ_DATA
+			? "the provider consumes a receive per remote CQ data"
+			: "the probes' events did not arrive as sent");
 	else
 		dr_set(r, DR_RECV, DR_PASS, "", "%s", ev);
 
@@ -460,7 +463,10 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 		dr_set(r, DR_QP, DR_FAIL,
 		       "pick a provider with FI_RMA, FI_WRITE, FI_REMOTE_WRITE and FI_ORDER_WAW "
 		       "(fi_info -p NAME -v), and check the peer's address",
-		       "%s", ev);
+		       "%s. Cause: %s", ev,
+		       serr[0]	   ? "the probe pair did not connect and complete"
+		       : need_caps ? "writes may land out of post order"
+				   : "the provider lacks RMA writes");
 
 	snprintf(ev, sizeof(ev),
 		 "mr_mode %s; %zu-byte keys chosen by %s: %s; %s; %d of %d probes' bytes landed "
@@ -479,7 +485,7 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 		    r, DR_KEY, DR_FAIL,
 		    "the key and address the sender uses must be the ones the receiver's "
 		    "fi_mr_reg gave (fi_mr_key), as offset or virtual address per FI_MR_VIRT_ADDR",
-		    "%s", ev);
+		    "%s. Cause: the probes' bytes did not land where the sender aimed", ev);
 
 	snprintf(ev, sizeof(ev),
 		 "provider caps %s FI_REMOTE_WRITE; the window was registered "
@@ -489,8 +495,8 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 		dr_set(r, DR_ACCESS, DR_PASS, "", "%s", ev);
 	else
 		dr_set(r, DR_ACCESS, DR_FAIL,
-		       "register the target with FI_REMOTE_WRITE on a provider that has it", "%s",
-		       ev);
+		       "register the target with FI_REMOTE_WRITE on a provider that has it",
+		       "%s. Cause: the target cannot be written remotely", ev);
 
 	snprintf(ev, sizeof(ev),
 		 "cq_data_size %zu bytes (the imm needs 4)%s; CQ depth and overrun are the "
@@ -499,8 +505,8 @@ static void steps(const struct dr_opts *o, const struct dr_fabric *f, const stru
 	if (oi->cq_data_size >= 4 && (!peer || peer->cq_data_size >= 4))
 		dr_set(r, DR_CQ, DR_PASS, "", "%s", ev);
 	else
-		dr_set(r, DR_CQ, DR_FAIL, "use a provider whose cq_data_size is at least 4", "%s",
-		       ev);
+		dr_set(r, DR_CQ, DR_FAIL, "use a provider whose cq_data_size is at least 4",
+		       "%s. Cause: the 32-bit imm does not fit the CQ data", ev);
 
 	dr_set(r, DR_WIRE, DR_NA, "", "%s: no RoCE packet to capture (%s)", f->name,
 	       !strcmp(f->name, "shm")	 ? "shm moves the bytes through shared memory"

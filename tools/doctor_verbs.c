@@ -486,7 +486,7 @@ static void step_wire(struct run *u)
 			    "check the route and the link between the two GIDs (ping the "
 			    "peer's address on this netdev, its MTU, a firewall on UDP 4791)",
 			    "captured 0 RoCEv2 packets on %s while %d probes ran towards another "
-			    "GID: nothing reached the wire",
+			    "GID. Cause: nothing reached the wire",
 			    u->tx.netdev, u->posted);
 		return;
 	}
@@ -555,7 +555,9 @@ static void step_wire(struct run *u)
 		    "compare the RETH the sender puts on the wire with the receiver's "
 		    "registration (address, rkey, length); a write-with-imm is First, Middle..., "
 		    "Last with Immediate, or Only with Immediate",
-		    "%s", ev);
+		    "%s. Cause: what went on the wire is not a write-with-imm into a live "
+		    "registration (see the [brackets])",
+		    ev);
 	else
 		dr_set(u->r, DR_WIRE, DR_PASS, "", "%s", ev);
 }
