@@ -129,18 +129,18 @@ int pe_poll(struct dv_peer *p, int timeout_ms, int want, struct dv_wc *wc, int m
 	return n;
 }
 
-int pe_counters(struct dv_peer *p, struct dv_counters *c, char *err, size_t errlen)
+int pe_counters(struct dv_peer *p, struct hw_counters *c, char *err, size_t errlen)
 {
 	char line[DP_LINE];
 	int off = 0, used;
 
 	if (p->local) {
-		dv_counters_read(p->local->dev, c);
+		hw_counters_read(p->local->dev, DV_PORT, c);
 		return 0;
 	}
 	if (dp_call(p->remote, line, sizeof(line), err, errlen, "counters"))
 		return -1;
-	if (sscanf(line, "counters %d%n", &c->n, &off) != 1 || c->n > DV_MAX_COUNTERS)
+	if (sscanf(line, "counters %d%n", &c->n, &off) != 1 || c->n > HW_COUNTERS_MAX)
 		return ERR("bad reply from the doctor peer: \"%.80s\"", line);
 	for (int i = 0; i < c->n; i++, off += used)
 		if (sscanf(line + off, " %39[^=]=%lld%n", c->name[i], &c->val[i], &used) != 2)
@@ -238,9 +238,9 @@ int dv_serve_line(struct dv_serve **sp, const char *dev, const struct dr_opts *o
 				wc[i].imm, wc[i].len);
 		fputc('\n', out);
 	} else {
-		struct dv_counters c;
+		struct hw_counters c;
 
-		dv_counters_read(s->rx.dev, &c);
+		hw_counters_read(s->rx.dev, DV_PORT, &c);
 		fprintf(out, "counters %d", c.n);
 		for (int i = 0; i < c.n; i++)
 			fprintf(out, " %s=%lld", c.name[i], c.val[i]);

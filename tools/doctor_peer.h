@@ -20,6 +20,6 @@ int pe_cq(struct dv_peer *p, struct dv_cq *c, char *err, size_t errlen);
 /* Completions (n >= 0) or -1. */
 int pe_poll(struct dv_peer *p, int timeout_ms, int want, struct dv_wc *wc, int max, char *err,
 	    size_t errlen);
-int pe_counters(struct dv_peer *p, struct dv_counters *c, char *err, size_t errlen);
+int pe_counters(struct dv_peer *p, struct hw_counters *c, char *err, size_t errlen);
 
 #endif

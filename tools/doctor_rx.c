@@ -4,7 +4,6 @@
  * receive posted) and to query what wimm keeps private. */
 #ifdef DOCTOR_HAVE_VERBS
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <stdlib.h>
@@ -326,57 +325,6 @@ int dv_poll(struct dv_end *e, int timeout_ms, int want, struct dv_wc *wc, int ma
 		usleep(500);
 	} while (dr_now_ms() < deadline);
 	return got;
-}
-
-void dv_counters_read(const char *dev, struct dv_counters *c)
-{
-	char dir[192], path[512];
-	struct dirent *de;
-	long lifespan = 10;
-	FILE *f;
-	DIR *d;
-
-	c->n = -1;
-	snprintf(dir, sizeof(dir), "/sys/class/infiniband/%s/ports/%d/hw_counters", dev, DV_PORT);
-	d = opendir(dir);
-	if (!d)
-		return;
-	/* The kernel serves a cached copy for `lifespan` ms after a read:
-	 * wait past it, or "after" could be the "before" snapshot. */
-	snprintf(path, sizeof(path), "%s/lifespan", dir);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%ld", &lifespan) != 1 || lifespan < 0 || lifespan > 10000)
-			lifespan = 10;
-		fclose(f);
-	}
-	usleep((useconds_t)(2 * lifespan + 10) * 1000);
-	c->n = 0;
-	while ((de = readdir(d)) && c->n < DV_MAX_COUNTERS) {
-		long long v;
-
-		if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof(c->name[0]) ||
-		    !strcmp(de->d_name, "lifespan"))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fscanf(f, "%lld", &v) == 1) {
-			snprintf(c->name[c->n], sizeof(c->name[0]), "%s", de->d_name);
-			c->val[c->n++] = v;
-		}
-		fclose(f);
-	}
-	closedir(d);
-}
-
-long long dv_counter(const struct dv_counters *c, const char *name)
-{
-	for (int i = 0; i < c->n; i++)
-		if (!strcmp(c->name[i], name))
-			return c->val[i];
-	return -1;
 }
 
 const char *dv_qp_state_name(int state)

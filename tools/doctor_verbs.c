@@ -36,7 +36,7 @@ struct run {
 	struct dv_qp_attr txa, rxa, txa_after, rxa_after;
 	struct dv_key key;
 	struct dv_cq rxcq, rxcq_after, txcq_after;
-	struct dv_counters c0tx, c1tx, c0rx, c1rx;
+	struct hw_counters c0tx, c1tx, c0rx, c1rx;
 	struct dv_wc rwc[DV_MAX_WC];
 	int nrwc;
 	int cap_ok, other_frames;
@@ -54,11 +54,11 @@ static const char *wc_status(int s)
 }
 
 /* "name +delta" for every counter that moved, into buf. */
-static void counters_moved(const struct dv_counters *a, const struct dv_counters *b, char *buf,
+static void counters_moved(const struct hw_counters *a, const struct hw_counters *b, char *buf,
 			   size_t cap)
 {
 	for (int i = 0; i < b->n; i++) {
-		long long before = dv_counter(a, b->name[i]);
+		long long before = hw_counter(a, b->name[i]);
 
 		if (before >= 0 && b->val[i] != before)
 			dr_cat(buf, cap, "%s%s %+lld", buf[0] ? ", " : "", b->name[i],
@@ -66,13 +66,13 @@ static void counters_moved(const struct dv_counters *a, const struct dv_counters
 	}
 }
 
-static long long moved_matching(const struct dv_counters *a, const struct dv_counters *b,
+static long long moved_matching(const struct hw_counters *a, const struct hw_counters *b,
 				const char *sub)
 {
 	long long sum = 0;
 
 	for (int i = 0; i < b->n; i++) {
-		long long before = dv_counter(a, b->name[i]);
+		long long before = hw_counter(a, b->name[i]);
 
 		if (before >= 0 && strstr(b->name[i], sub))
 			sum += b->val[i] - before;
@@ -605,7 +605,7 @@ static int probe(struct run *u, char *err, size_t errlen)
 	if (pe_qp(&u->peer, &u->rxa, err, errlen) ||
 	    pe_key(&u->peer, &u->t, &u->key, err, errlen) || pe_cq(&u->peer, &u->rxcq, err, errlen))
 		return -1;
-	dv_counters_read(u->tx.dev, &u->c0tx);
+	hw_counters_read(u->tx.dev, DV_PORT, &u->c0tx);
 	if (!same_device(u) && pe_counters(&u->peer, &u->c0rx, err, errlen))
 		return -1;
 	if (!u->tx.netdev[0])
@@ -622,7 +622,7 @@ static int probe(struct run *u, char *err, size_t errlen)
 	dw_close(&cap);
 	if (collect_receiver(u, err, errlen))
 		return -1;
-	dv_counters_read(u->tx.dev, &u->c1tx);
+	hw_counters_read(u->tx.dev, DV_PORT, &u->c1tx);
 	if (!same_device(u) && pe_counters(&u->peer, &u->c1rx, err, errlen))
 		return -1;
 	counters_moved(&u->c0tx, &u->c1tx, r->counters, sizeof(r->counters));

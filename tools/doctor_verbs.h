@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include "doctor.h"
+#include "hw_counters.h"
 
 #define DV_PORT 1
 #define DV_SQ_DEPTH 8	 /* send slots of each end */
@@ -15,7 +16,6 @@
 #define DV_CQE 16	 /* CQ entries of each healthy end (>= DV_RX_DEPTH) */
 #define DV_BUF_LEN 16384 /* window and source: 3 packets at MTU 4096 fit */
 #define DV_MAX_LIVE 2	 /* the receiver's registrations: window, credit word */
-#define DV_MAX_COUNTERS 64
 #define DV_MAX_WC 16
 #define DV_EVENT_TYPES 32    /* enum ibv_event_type fits */
 #define DV_RECV_WRID 0x1000u /* wr_id bit of receives */
@@ -67,12 +67,6 @@ struct dv_wc {
 	uint32_t imm, len;
 };
 
-struct dv_counters {
-	int n; /* -1: no hw_counters folder */
-	char name[DV_MAX_COUNTERS][40];
-	long long val[DV_MAX_COUNTERS];
-};
-
 struct dv_end {
 	char dev[64];
 	char netdev[32]; /* under the GID, "" if none */
@@ -110,8 +104,6 @@ void dv_rx_key(const struct dv_end *rx, const struct dv_target *t, struct dv_key
 void dv_cq_info(struct dv_end *e, struct dv_cq *c);
 /* Completions within timeout_ms (stops early once max arrived). */
 int dv_poll(struct dv_end *e, int timeout_ms, int want, struct dv_wc *wc, int max);
-void dv_counters_read(const char *dev, struct dv_counters *c);
-long long dv_counter(const struct dv_counters *c, const char *name);
 
 const char *dv_qp_state_name(int state);
 const char *dv_wc_opcode_name(int opcode);
