@@ -70,6 +70,13 @@ int dv_open(struct dv_end *e, const char *dev, int gid_index, char *err, size_t 
 		return ERR("%s port %d is %s, not ACTIVE", dev, DV_PORT,
 			   ibv_port_state_str(pa.state));
 	e->port_mtu = pa.active_mtu;
+	{
+		char path[160];
+
+		/* Software devices (rxe, siw) have no bus device behind them. */
+		snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", dev);
+		e->hw = access(path, F_OK) == 0;
+	}
 	/* Async events are read after the probes without blocking. */
 	fcntl(e->ctx->async_fd, F_SETFL, fcntl(e->ctx->async_fd, F_GETFL) | O_NONBLOCK);
 	return pick_gid(e, gid_index, err, errlen);

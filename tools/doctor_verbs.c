@@ -181,7 +181,8 @@ static int collect_receiver(struct run *u, char *err, size_t errlen)
 			dr_cat(s, cap, "%s%s imm 0x%08x len %u", i ? "; " : "",
 			       dv_wc_opcode_name(w->opcode), w->imm, w->len);
 		else
-			dr_cat(s, cap, "%s%s x%d", i ? "; " : "", wc_status(w->status), run);
+			dr_cat(s, cap, run > 1 ? "%s%s x%d" : "%s%s", i ? "; " : "",
+			       wc_status(w->status), run);
 	}
 	if (pe_cq(&u->peer, &u->rxcq_after, err, errlen))
 		return -1;
@@ -469,6 +470,16 @@ static void step_wire(struct run *u)
 		       "no probe was posted (the sender's posts were refused), so nothing went on "
 		       "the wire; %d RoCEv2 packets seen on %s",
 		       u->r->npkts, u->tx.netdev);
+		return;
+	}
+	if (!u->r->npkts && u->tx.hw) {
+		/* A NIC's RDMA engine sends and receives past the kernel's
+		 * network stack: AF_PACKET sees none of it. */
+		dr_set(u->r, DR_WIRE, DR_NA, "",
+		       "captured 0 RoCEv2 packets on %s while %d probes ran: %s is a hardware "
+		       "device, whose RDMA traffic bypasses the netdev (capture with the NIC's own "
+		       "tool, e.g. ibdump or the mlx5 sniffer, or a mirror port)",
+		       u->tx.netdev, u->posted, u->tx.dev);
 		return;
 	}
 	if (!u->r->npkts) {

@@ -77,6 +77,7 @@ struct dv_end {
 	int gid_index;
 	union ibv_gid gid;
 	int port_mtu;
+	int hw; /* a PCI device (a NIC), not rxe/siw on a netdev */
 	uint8_t *buf;
 	struct ibv_mr *live[DV_MAX_LIVE]; /* [0] the window/source, [1] a credit word */
 	unsigned live_access[DV_MAX_LIVE];

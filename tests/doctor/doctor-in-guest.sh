@@ -76,8 +76,8 @@ for spec in no-recv:0 qp-rtr:1 mr-dereg:2 no-remote-write:3 cq-small:4; do
 		"r['verdict']['step'] == $want and all(s['status'] == 'pass' for s in r['steps'][:$want])"
 	json_check "$work/$fault.json" --symptoms
 done
-echo "# ---- a failing report (--inject mr-dereg, as printed):"
-"$W" doctor -f "verbs:$dev" --inject mr-dereg
+echo "# ---- a failing report (--inject no-recv, as printed):"
+"$W" doctor -f "verbs:$dev" --inject no-recv
 echo "# exit $?"
 
 # ------------------------------------------------- 3. E2 across a veth pair
