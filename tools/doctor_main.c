@@ -348,7 +348,7 @@ static void print_text(const struct dr_opts *o, const struct dr_report *r, int f
 		printf(" payload %u\n", p->payload_len);
 	}
 	if (failed >= 0)
-		printf("verdict: FAIL at step %d (%s): %s\n", failed, dr_step_title[failed],
+		printf("verdict: FAIL at step %d, %s: %s\n", failed, dr_step_title[failed],
 		       r->step[failed].cause[0] ? r->step[failed].cause : r->step[failed].evidence);
 	else
 		printf("verdict: healthy: %d steps pass, %d n/a, none failed\n", n[DR_PASS],
