@@ -532,6 +532,10 @@ static void step_wire(struct run *u)
 			dr_cat(ev, sizeof(ev),
 			       " [rkey matches no live registration on the receiver]");
 			bad++;
+		} else {
+			dr_cat(ev, sizeof(ev),
+			       "; the rkey is the target registration's, live on "
+			       "the receiver");
 		}
 	}
 	for (int i = 0; i < u->r->npkts; i++) {
