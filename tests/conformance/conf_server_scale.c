@@ -113,7 +113,9 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 			slowest = took;
 		/* Heartbeats of this context's other connections wait meanwhile. */
 		if (took > 1000000 && slow_said++ < 3)
-			child_say("log wimm_connect #%d took %.1f ms", i, (double)took / 1e3);
+			child_say("log client process %d: wimm_connect #%d took %.1f ms (its other "
+				  "connections send no heartbeat meanwhile)",
+				  proc, i, (double)took / 1e3);
 		/* Poll between connects: heartbeats of the earlier ones go out
 		 * from poll and wait only (wimm_ctx_attr.liveness_ms). */
 		if (child_events(ctx, ev, 64)) {
@@ -440,14 +442,6 @@ static void t_server_many_connections(const char *uri)
 	for (int k = 0; k < m.total; k++)
 		CHECKF(m.rx[k] == SCALE_DOORBELLS, "connection %d: %u doorbells", k, m.rx[k]);
 
-	if (getenv("IDLE")) {
-		int64_t until = conf_now_ms() + atoi(getenv("IDLE"));
-		while (conf_now_ms() < until)
-			if (many_turn(&m) || many_lines(p, np, &sent, &closed, state))
-				goto out;
-		CHECK_OK(wimm_ctx_stats(m.ctx, &st));
-		conf_diag("idle: hb out %llu in %llu", (unsigned long long)st.total.heartbeats_out, (unsigned long long)st.total.heartbeats_in);
-	}
 	/* The clients close: as many DISCONNECTs. */
 	m.closing = 1;
 	for (int i = 0; i < procs; i++)
@@ -485,10 +479,12 @@ out:
 
 /* ------------------------------------------- server_connect_cycles */
 
-#define CYCLES (getenv("NCYC") ? (uint32_t)atoi(getenv("NCYC")) : 200u)
+#define CYCLES 200
 #define CYCLES_BASE 10
-/* Heap growth allowed from cycle 10 to cycle 200: allocator noise. */
-#define HEAP_TOLERANCE 4096
+/* Heap growth allowed from cycle 10 to cycle 200. ofi:tcp's grows in steps
+ * of a few hundred bytes that level off (measured: +1.8 to +4.3 KB by cycle
+ * 200, +2 KB more by cycle 3,000): a pool, not a leak per connection. */
+#define HEAP_TOLERANCE 8192
 /* libfabric 1.17's shm provider keeps about 290 bytes per endpoint ever
  * enabled; where that is still so, the test says it and fails above it. */
 #define SHM_LEAK_PER_CYCLE 300
@@ -572,11 +568,9 @@ static void t_server_connect_cycles(const char *uri)
 	if (srv_peer_spawn(&p, NULL, argv))
 		goto out;
 	t0 = conf_now_ms();
-	for (uint32_t i = 0; i < CYCLES; i++) {
+	for (uint32_t i = 0; i < (uint32_t)CYCLES; i++) {
 		if (serve_cycle(ctx, l, &p, i))
 			goto out;
-		if (getenv("DBG") && (i + 1) % 50 == 0)
-			fprintf(stderr, "DBG %u heap %zu fds %d\n", i + 1, mallinfo2().uordblks, count_fds());
 		if (i + 1 == CYCLES_BASE) {
 			fds_base = count_fds();
 			heap_base = mallinfo2().uordblks;
