@@ -532,7 +532,8 @@ static int srv_turn(struct srv *s, int wait_ms)
 					return -1;
 				}
 				if (s->n == SRV_MAX) {
-					conf_fail(__FILE__, __LINE__, "more connections than peers");
+					conf_fail(__FILE__, __LINE__,
+						  "more connections than peers");
 					wimm_conn_delete(&c);
 					return -1;
 				}
@@ -551,7 +552,8 @@ static int srv_turn(struct srv *s, int wait_ms)
 			if (k < 0 || ev[i].imm != (uint32_t)s->p[k].rx) {
 				conf_fail(__FILE__, __LINE__,
 					  "doorbell %u on connection %d where %llu was due",
-					  ev[i].imm, k, (unsigned long long)(k < 0 ? 0 : s->p[k].rx));
+					  ev[i].imm, k,
+					  (unsigned long long)(k < 0 ? 0 : s->p[k].rx));
 				return -1;
 			}
 			s->p[k].rx++;
@@ -777,11 +779,11 @@ static int expect_silent_drop(struct srv *s, int k, int64_t t0, const char *how)
 	wimm_ctx_stats(s->ctx, &st);
 	conf_diag("%s: DISCONNECT (%s) %lld ms later (liveness_ms %u, accepted until %lld); "
 		  "ctx dropped_silent %llu",
-		  how, wimm_err_name(s->p[k].status), (long long)ms, SILENCE_MS,
-		  (long long)limit, (unsigned long long)st.dropped_silent);
+		  how, wimm_err_name(s->p[k].status), (long long)ms, SILENCE_MS, (long long)limit,
+		  (unsigned long long)st.dropped_silent);
 	if (s->p[k].status != WIMM_E_TIMEDOUT) {
-		conf_fail(__FILE__, __LINE__, "%s: DISCONNECT with status %s, expected TIMEDOUT", how,
-			  wimm_err_name(s->p[k].status));
+		conf_fail(__FILE__, __LINE__, "%s: DISCONNECT with status %s, expected TIMEDOUT",
+			  how, wimm_err_name(s->p[k].status));
 		return -1;
 	}
 	/* The silence begins at the last arrival, just before t0. */
@@ -1139,8 +1141,8 @@ static void t_server_event_loop(const char *uri)
 				snprintf(cnt, sizeof(cnt), "%u", count);
 				if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
 					goto out;
-				const char *argv[] = {"loop", uri,  addr, modes[mi],
-						      rxd,    nev, cnt,  NULL};
+				const char *argv[] = {"loop", uri, addr, modes[mi],
+						      rxd,    nev, cnt,	 NULL};
 				int64_t t0 = conf_now_ms();
 
 				if (srv_peer_spawn(&p, NULL, argv))
@@ -1156,8 +1158,8 @@ static void t_server_event_loop(const char *uri)
 				while (srv_peer_line(&p, line, sizeof(line)) == 1)
 					;
 				CHECKF(st == 0, "%s: the client %s%s%s", combo,
-				       st < 0 ? "did not exit" : "failed",
-				       p.why[0] ? ": " : "", p.why);
+				       st < 0 ? "did not exit" : "failed", p.why[0] ? ": " : "",
+				       p.why);
 				int64_t ms = conf_now_ms() - t0;
 
 				total += ms;

@@ -121,8 +121,8 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 		if (child_events(ctx, ev, 64)) {
 			child_say("fail after connection %d of %d, %.1f s in (slowest connect "
 				  "%.1f ms): %s",
-				  i, nconn, (double)(conf_now_us() - t0) / 1e6, (double)slowest / 1e3,
-				  last_why);
+				  i, nconn, (double)(conf_now_us() - t0) / 1e6,
+				  (double)slowest / 1e3, last_why);
 			return 1;
 		}
 	}
@@ -260,8 +260,8 @@ static int many_accept(struct many *m)
 			conf_fail(__FILE__, __LINE__,
 				  "accepting connection %d (%d accepted): %s (%s; CQ capacity %u, "
 				  "reserved %u; %d fds)",
-				  k, m->accepted, wimm_err_name(rc), text ? text : "", st.cq_capacity,
-				  st.cq_reserved, count_fds());
+				  k, m->accepted, wimm_err_name(rc), text ? text : "",
+				  st.cq_capacity, st.cq_reserved, count_fds());
 			goto out;
 		}
 		m->acc_ms[k] = conf_now_ms();
@@ -297,14 +297,15 @@ static int many_turn(struct many *m)
 			m->doorbells++;
 			break;
 		case WIMM_EV_DISCONNECT:
-			CHECKF(m->closing,
-			       "connection %d (client process %d, #%d) dropped before the clients "
-			       "closed: %s, %lld ms after it was accepted; %d of %d accepted by then "
-			       "(slowest wimm_request_accept %.1f ms)",
-			       k, k / m->per, k % m->per, wimm_err_name(ev[i].status),
-			       k >= 0 && k < m->total ? (long long)(conf_now_ms() - m->acc_ms[k])
-						      : -1LL,
-			       m->accepted, m->total, (double)m->slowest_accept_us / 1e3);
+			CHECKF(
+			    m->closing,
+			    "connection %d (client process %d, #%d) dropped before the clients "
+			    "closed: %s, %lld ms after it was accepted; %d of %d accepted by then "
+			    "(slowest wimm_request_accept %.1f ms)",
+			    k, k / m->per, k % m->per, wimm_err_name(ev[i].status),
+			    k >= 0 && k < m->total ? (long long)(conf_now_ms() - m->acc_ms[k])
+						   : -1LL,
+			    m->accepted, m->total, (double)m->slowest_accept_us / 1e3);
 			CHECKF(k >= 0 && k < m->total && m->conn[k], "DISCONNECT of connection %d",
 			       k);
 			wimm_conn_delete(&m->conn[k]);
@@ -412,8 +413,7 @@ static void t_server_many_connections(const char *uri)
 	}
 	int64_t deadline = conf_now_ms() + SCALE_WAIT_MS, t_est = 0;
 
-	while (m.established < m.total || m.doorbells < m.total * SCALE_DOORBELLS ||
-	       sent < procs) {
+	while (m.established < m.total || m.doorbells < m.total * SCALE_DOORBELLS || sent < procs) {
 		CHECKF(conf_now_ms() < deadline,
 		       "after %d ms: %d requests, %d accepted, %d established of %d; %d of %d "
 		       "doorbells; %d of %d clients done",
@@ -434,9 +434,8 @@ static void t_server_many_connections(const char *uri)
 		  "%u (reserved %u)",
 		  m.total, procs, (long long)(t_est - t0),
 		  m.total * 1000.0 / (double)(t_est - t0 + 1), (double)slowest_connect_us / 1e3,
-		  (double)m.slowest_accept_us / 1e3, (double)m.longest_burst_us / 1e3,
-		  m.doorbells, (long long)(t1 - t0), count_fds() - fds0, st.cq_capacity,
-		  st.cq_reserved);
+		  (double)m.slowest_accept_us / 1e3, (double)m.longest_burst_us / 1e3, m.doorbells,
+		  (long long)(t1 - t0), count_fds() - fds0, st.cq_capacity, st.cq_reserved);
 	CHECK_EQ(m.requests, m.total);
 	CHECK_EQ(st.conns_open, m.total);
 	for (int k = 0; k < m.total; k++)
@@ -502,7 +501,9 @@ static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv
 	CHECK(srv_peer_cmd(p, 'g') == 0);
 	while (!down) {
 		CHECKF(conf_now_ms() < deadline, "cycle %u: %s after 10 s%s%s", i,
-		       !c ? "no connection" : !got ? "no doorbell" : "no DISCONNECT",
+		       !c     ? "no connection"
+		       : !got ? "no doorbell"
+			      : "no DISCONNECT",
 		       p->why[0] ? "; client: " : "", p->why);
 		int n = wimm_wait(ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 10);
 
@@ -517,8 +518,8 @@ static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv
 				       i, wimm_err_name(rc));
 				continue;
 			}
-			CHECKF(c && ev[k].conn == c, "cycle %u: %s event of another connection",
-			       i, conf_ev_name(ev[k].type));
+			CHECKF(c && ev[k].conn == c, "cycle %u: %s event of another connection", i,
+			       conf_ev_name(ev[k].type));
 			if (ev[k].type == WIMM_EV_ESTABLISHED)
 				continue;
 			if (ev[k].type == WIMM_EV_WRITE_IMM) {
@@ -527,9 +528,9 @@ static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv
 				got = 1;
 				continue;
 			}
-			CHECKF(ev[k].type == WIMM_EV_DISCONNECT && got,
-			       "cycle %u: %s event (%s)%s", i, conf_ev_name(ev[k].type),
-			       wimm_err_name(ev[k].status), got ? "" : " before the doorbell");
+			CHECKF(ev[k].type == WIMM_EV_DISCONNECT && got, "cycle %u: %s event (%s)%s",
+			       i, conf_ev_name(ev[k].type), wimm_err_name(ev[k].status),
+			       got ? "" : " before the doorbell");
 			down = 1;
 		}
 		char line[256];
