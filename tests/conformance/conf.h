@@ -188,8 +188,6 @@ struct srv_peer {
 int srv_peer_spawn(struct srv_peer *p, const char *netns, const char *const *argv);
 /* Next line the child said, without blocking: 1, 0 (none yet), -1 (EOF). */
 int srv_peer_line(struct srv_peer *p, char *line, size_t len);
-/* Wait for a line starting with prefix: 1, 0 on timeout, -1 (EOF, "fail"). */
-int srv_peer_expect(struct srv_peer *p, const char *prefix, char *line, size_t len, int timeout_ms);
 int srv_peer_cmd(struct srv_peer *p, char c);
 /* Its exit status (128 + signal if killed), -1 if it did not exit in time. */
 int srv_peer_exit(struct srv_peer *p, int timeout_ms);

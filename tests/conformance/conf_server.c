@@ -8,11 +8,8 @@
  * - server_silent_death_frozen / _link: a peer that dies without a word
  *   (SIGSTOPped; or behind a veth pair whose link is cut, ofi:tcp) is
  *   reported as DISCONNECT(TIMEDOUT) after about liveness_ms, before 2x.
- * - server_event_loop: rx_depth 2..8, event arrays smaller and larger than
- *   the window, both peers sending, in every wait mode and in an own epoll
- *   loop: no stall.
- * The scale tests (1,000 connections, connect cycles) are in
- * conf_server_scale.c; the child-process plumbing both use is here. */
+ * The load tests (the event-loop matrix, 1,000 connections, connect cycles)
+ * are in conf_server_scale.c; the child-process plumbing both use is here. */
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -38,7 +35,6 @@
 #define CONNECT_LIMIT_MS ((int64_t)(1000 * conf_scale()))
 #define DEATH_LIMIT_MS ((int64_t)(1000 * conf_scale()))
 #define SILENCE_MS 1500u
-#define STALL_MS ((int)(10000 * conf_scale()))
 
 /* -------------------------------------------------------- child peers */
 
@@ -155,28 +151,6 @@ int srv_peer_line(struct srv_peer *p, char *line, size_t len)
 			p->eof = 1;
 		return k == 0 ? -1 : 0;
 	}
-}
-
-int srv_peer_expect(struct srv_peer *p, const char *prefix, char *line, size_t len, int timeout_ms)
-{
-	int64_t deadline = conf_now_ms() + timeout_ms;
-
-	while (conf_now_ms() < deadline) {
-		int rc = srv_peer_line(p, line, len);
-
-		if (rc < 0)
-			return -1;
-		if (rc == 1 && strncmp(line, prefix, strlen(prefix)) == 0)
-			return 1;
-		if (rc == 1 && strncmp(line, "fail ", 5) == 0)
-			return -1;
-		if (rc == 0) {
-			struct pollfd pfd = {.fd = p->st, .events = POLLIN};
-
-			poll(&pfd, 1, 20);
-		}
-	}
-	return 0;
 }
 
 int srv_peer_cmd(struct srv_peer *p, char c)
@@ -373,33 +347,6 @@ static int child_stream(const char *uri, const char *addr, unsigned pace_us, uin
 	}
 }
 
-static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode, int nev,
-		    uint32_t count, const char *side, char *why, size_t why_len);
-
-/* The peer of server_event_loop: the same loop as the test's side. */
-static int child_loop(const char *uri, const char *addr, const char *mode, int rxd, int nev,
-		      uint32_t count)
-{
-	struct wimm_conn_attr attr = {.rx_depth = (uint32_t)rxd};
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_conn *c = NULL;
-	char why[300];
-
-	if (child_open(uri, 0, &ctx))
-		return 1;
-	int rc = wimm_connect(ctx, addr, &attr, CONNECT_TIMEOUT_MS, &c);
-	if (rc)
-		return child_fail(ctx, "wimm_connect", rc);
-	if (loop_run(ctx, &c, mode, nev, count, "client", why, sizeof(why))) {
-		child_say("fail %s", why);
-		return 1;
-	}
-	child_say("done");
-	wimm_conn_delete(&c);
-	wimm_ctx_close(&ctx);
-	return 0;
-}
-
 /* --server-child ROLE URI ARGS... */
 int conf_server_child_main(int argc, char **argv)
 {
@@ -419,9 +366,6 @@ int conf_server_child_main(int argc, char **argv)
 
 	if (strcmp(role, "stream") == 0 && argc == 5)
 		return child_stream(uri, argv[2], (unsigned)atoi(argv[3]), (uint32_t)atol(argv[4]));
-	if (strcmp(role, "loop") == 0 && argc == 7)
-		return child_loop(uri, argv[2], argv[3], atoi(argv[4]), atoi(argv[5]),
-				  (uint32_t)atol(argv[6]));
 	return conf_server_scale_child(argc, argv);
 }
 
@@ -987,209 +931,9 @@ out:
 	netlab_done(&n);
 }
 
-/* --------------------------------------------------- server_event_loop */
-
-/* Both sides: ring `count` doorbells and take the peer's `count`, waiting
- * in `mode` ("spin", "block", "adaptive", "epoll": own epoll loop on
- * wimm_ctx_fd after wimm_ctx_arm returned 0) with an event array of nev;
- * then close gracefully. No progress for STALL_MS is a stall. A side that
- * has sent everything sleeps up to STALL_MS at a time, so a lost wake-up
- * (or receive slots never handed back) is a stall, not a slow pass. */
-static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode, int nev,
-		    uint32_t count, const char *side, char *why, size_t why_len)
-{
-	struct wimm_event ev[16];
-	uint32_t sent = 0, got = 0;
-	int64_t last = conf_now_ms();
-	int epfd = -1, fd = -1, ret = -1, m;
-
-	if (strcmp(mode, "spin") == 0)
-		m = WIMM_WAIT_SPIN;
-	else if (strcmp(mode, "block") == 0)
-		m = WIMM_WAIT_BLOCK;
-	else if (strcmp(mode, "adaptive") == 0)
-		m = WIMM_WAIT_ADAPTIVE;
-	else
-		m = -1;
-	if (nev > 16)
-		nev = 16;
-	if (m < 0) {
-		struct epoll_event e = {.events = EPOLLIN};
-
-		if (wimm_ctx_fd(ctx, &fd) || (epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-		    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e)) {
-			snprintf(why, why_len, "%s: no epoll on wimm_ctx_fd", side);
-			goto out;
-		}
-	}
-	while (sent < count || got < count) {
-		uint32_t before = sent + got;
-		int rc = 0, n;
-
-		while (sent < count && (rc = wimm_write_imm(*c, NULL, 0, 0, 0, sent, 0)) == 0)
-			sent++;
-		if (rc && rc != WIMM_E_AGAIN) {
-			snprintf(why, why_len, "%s: write_imm #%u: %s", side, sent,
-				 wimm_err_name(rc));
-			goto out;
-		}
-		if (sent == count && got == count)
-			break;
-		/* A credit coming back is no event and wakes no one: out of
-		 * credit, look again after 1 ms. Only a side with nothing left
-		 * to send sleeps for long. */
-		int sleep_ms = sent < count ? 1 : STALL_MS;
-
-		if (m >= 0) {
-			n = wimm_wait(ctx, ev, nev, (enum wimm_wait_mode)m, sleep_ms);
-		} else {
-			rc = wimm_ctx_arm(ctx);
-			if (rc == 0) {
-				struct epoll_event e;
-
-				if (epoll_wait(epfd, &e, 1, sleep_ms) < 0 && errno != EINTR) {
-					snprintf(why, why_len, "%s: epoll_wait: %s", side,
-						 strerror(errno));
-					goto out;
-				}
-			} else if (rc != WIMM_E_AGAIN) {
-				snprintf(why, why_len, "%s: wimm_ctx_arm: %s", side,
-					 wimm_err_name(rc));
-				goto out;
-			}
-			n = wimm_poll(ctx, ev, nev);
-		}
-		if (n < 0 || n > nev) {
-			snprintf(why, why_len, "%s: wait/poll: %d (%s) with an array of %d", side,
-				 n, n < 0 ? wimm_err_name(n) : "more than asked for", nev);
-			goto out;
-		}
-		for (int i = 0; i < n; i++) {
-			/* The peer closes once it has everything of ours. */
-			if (ev[i].type == WIMM_EV_DISCONNECT && got == count && sent == count)
-				break;
-			if (ev[i].type != WIMM_EV_WRITE_IMM || ev[i].imm != got) {
-				snprintf(why, why_len,
-					 "%s: %s event (imm %u, %s) where doorbell %u was due (%u "
-					 "of %u sent)",
-					 side, conf_ev_name(ev[i].type), ev[i].imm,
-					 wimm_err_name(ev[i].status), got, sent, count);
-				goto out;
-			}
-			got++;
-		}
-		int64_t now = conf_now_ms();
-
-		if (sent + got != before)
-			last = now;
-		else if (now - last > STALL_MS) {
-			snprintf(why, why_len,
-				 "%s: stall: no progress for %lld ms, %u of %u sent, %u of %u "
-				 "received",
-				 side, (long long)(now - last), sent, count, got, count);
-			goto out;
-		}
-	}
-	/* The peer's last doorbell is here, ours may still be in flight:
-	 * close gracefully (the peer may have closed already). */
-	int rc = wimm_conn_close(c, STALL_MS);
-
-	if (rc && rc != WIMM_E_DISCONNECTED) {
-		snprintf(why, why_len, "%s: wimm_conn_close: %s", side, wimm_err_name(rc));
-		goto out;
-	}
-	ret = 0;
-out:
-	if (epfd >= 0)
-		close(epfd);
-	return ret;
-}
-
-static void t_server_event_loop(const char *uri)
-{
-	static const int depths[] = {2, 3, 4, 8}, arrays[] = {1, 16};
-	static const char *const modes[] = {"spin", "block", "adaptive", "epoll"};
-	const uint32_t count = conf_quick() ? 300 : 2000;
-	struct srv_peer p = {.pid = -1, .st = -1, .cmd = -1};
-	struct wimm_listener *l = NULL;
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_conn *c = NULL;
-	char addr[300], why[300], combo[80];
-	int64_t slowest = 0, total = 0;
-	char slowest_combo[80] = "";
-	/* To rerun one combination: e.g. "block, rx_depth 4, 16". */
-	const char *only = getenv("WIMM_TEST_EVENT_LOOP");
-
-	int rc = wimm_ctx_open(uri, NULL, &ctx);
-	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
-		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
-		return;
-	}
-	CHECK_OK(rc);
-	for (size_t mi = 0; mi < sizeof(modes) / sizeof(modes[0]); mi++) {
-		for (size_t di = 0; di < sizeof(depths) / sizeof(depths[0]); di++) {
-			for (size_t ai = 0; ai < sizeof(arrays) / sizeof(arrays[0]); ai++) {
-				struct wimm_conn_attr attr = {.rx_depth = (uint32_t)depths[di]};
-				char rxd[8], nev[8], cnt[16];
-
-				snprintf(combo, sizeof(combo), "%s, rx_depth %d, %d-event array",
-					 modes[mi], depths[di], arrays[ai]);
-				if (only && !strstr(combo, only))
-					continue;
-				snprintf(rxd, sizeof(rxd), "%d", depths[di]);
-				snprintf(nev, sizeof(nev), "%d", arrays[ai]);
-				snprintf(cnt, sizeof(cnt), "%u", count);
-				if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
-					goto out;
-				const char *argv[] = {"loop", uri, addr, modes[mi],
-						      rxd,    nev, cnt,	 NULL};
-				int64_t t0 = conf_now_ms();
-
-				if (srv_peer_spawn(&p, NULL, argv))
-					goto out;
-				rc = wimm_accept(l, CONNECT_TIMEOUT_MS, &c);
-				CHECKF(rc == 0, "%s: wimm_accept: %s", combo, wimm_err_name(rc));
-				CHECKF(loop_run(ctx, &c, modes[mi], arrays[ai], count, "server",
-						why, sizeof(why)) == 0,
-				       "%s: %s", combo, why);
-				int st = srv_peer_exit(&p, STALL_MS + 5000);
-				char line[256];
-
-				while (srv_peer_line(&p, line, sizeof(line)) == 1)
-					;
-				CHECKF(st == 0, "%s: the client %s%s%s", combo,
-				       st < 0 ? "did not exit" : "failed", p.why[0] ? ": " : "",
-				       p.why);
-				int64_t ms = conf_now_ms() - t0;
-
-				total += ms;
-				if (ms > slowest) {
-					slowest = ms;
-					snprintf(slowest_combo, sizeof(slowest_combo), "%s", combo);
-				}
-				srv_peer_reap(&p);
-				wimm_listener_delete(&l);
-			}
-		}
-		conf_diag("%s: done, %lld ms so far", modes[mi], (long long)total);
-	}
-	conf_diag("32 combinations x %u doorbells each way: %lld ms in all, slowest %lld ms (%s)",
-		  count, (long long)total, (long long)slowest, slowest_combo);
-out:
-	srv_peer_reap(&p);
-	wimm_conn_delete(&c);
-	wimm_listener_delete(&l);
-	if (ctx) {
-		rc = wimm_ctx_close(&ctx);
-		if (rc)
-			conf_fail(__FILE__, __LINE__, "wimm_ctx_close: %s", wimm_err_name(rc));
-	}
-}
-
 const struct conf_test conf_tests_server[] = {
     {"server_control_plane", t_server_control_plane, 60},
     {"server_silent_death_frozen", t_server_silent_death_frozen, 60},
     {"server_silent_death_link", t_server_silent_death_link, 60},
-    {"server_event_loop", t_server_event_loop, 180},
     {NULL, NULL, 0},
 };
