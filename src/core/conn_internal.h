@@ -67,6 +67,9 @@ struct wimm_conn {
 	int64_t hb_sent_ns;
 	uint64_t seen_credit, seen_hb;
 
+	struct wimm_counter *counter; /* counts our doorbells, if set */
+	uint32_t counter_source;
+
 	struct pending_op *pend; /* ring of sq_depth entries */
 	uint32_t pend_cap, pend_head, pend_n;
 

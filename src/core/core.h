@@ -71,6 +71,17 @@ int wimm_conn_keep_queued(struct wimm_conn *c);
 /* 1 while a credit return could not be posted yet (arm must not sleep). */
 int wimm_conn_return_due(const struct wimm_conn *c);
 
+/* counter.c */
+struct wimm_ctx *wimm_counter_ctx(const struct wimm_counter *k);
+/* A connection (source != NULL: it gets a source number when no imm field
+ * names the source) or a listener starts (add) or stops using k. AGAIN:
+ * no source number left. */
+int wimm_counter_attach(struct wimm_counter *k, int add, uint32_t *source);
+/* Count a doorbell: a WIMM_COUNT_* verdict (counter_table.h) or NOMEM;
+ * with WIMM_COUNT_REACHED, *count_ev is the event to raise after it. */
+int wimm_counter_doorbell(struct wimm_counter *k, uint32_t imm, uint32_t conn_source,
+			  struct wimm_event *count_ev);
+
 /* listener.c */
 const struct wimm_conn_attr *wimm_listener_attr(const struct wimm_listener *l);
 struct wimm_ctx *wimm_listener_ctx(const struct wimm_listener *l);

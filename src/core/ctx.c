@@ -10,7 +10,6 @@
 
 #include "core/core.h"
 
-
 #define CQE_BATCH 32
 /* Completions the CQ is first sized for when cq_budget is 0 (it grows). */
 #define INITIAL_CQ_CAPACITY 1024
