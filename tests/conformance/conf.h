@@ -164,6 +164,7 @@ extern const struct conf_test conf_tests_input[];
 extern const struct conf_test conf_tests_handshake_cm[];
 extern const struct conf_test conf_tests_requests[];
 extern const struct conf_test conf_tests_hostile[];
+extern const struct conf_test conf_tests_counter[];
 extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
 
