@@ -546,6 +546,16 @@ static int many_turn(struct many *m)
 		case WIMM_EV_DISCONNECT:
 			if (!m->closing) {
 				int ok = k >= 0 && k < m->total;
+				struct wimm_conn_stats cs = {0};
+
+				if (ok)
+					wimm_conn_stats(m->conn[k], &cs);
+				conf_diag("connection %d: %llu doorbells and %llu heartbeats in, "
+					  "%llu heartbeats and %llu credit returns out",
+					  k, (unsigned long long)cs.doorbells_in,
+					  (unsigned long long)cs.heartbeats_in,
+					  (unsigned long long)cs.heartbeats_out,
+					  (unsigned long long)cs.credit_returns);
 
 				conf_fail(__FILE__, __LINE__,
 					  "connection %d (client process %d, #%d) dropped before "
