@@ -117,3 +117,12 @@ def make_pair(fabric, host):
 @pytest.fixture
 def pair(make_pair):
     return make_pair()
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The plain closing line that tests/errata/run-in-guest.sh (and CI) sum
+    # up; errors (a fixture that failed, e.g. an unopenable fabric) are failures.
+    stats = terminalreporter.stats
+    passed = len(stats.get("passed", []))
+    failed = len(stats.get("failed", [])) + len(stats.get("error", []))
+    terminalreporter.write_line(f"{passed} passed, {failed} failed")
