@@ -102,7 +102,7 @@ static int conn_alloc(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, v
 	}
 	/* Every completion that can be outstanding on this connection: one per
 	 * receive slot, one per send slot. The backend sizes its CQ(s) for the
-	 * context's budget, so a CQ cannot overrun (ERRATA E5). */
+	 * context's budget, so a CQ cannot overrun (docs/errata.md E5). */
 	c->cq_reserved = rx_depth + sq_depth + SQ_RESERVE;
 	ret = wimm_ctx_cq_reserve(ctx, c->cq_reserved);
 	if (ret)
