@@ -20,6 +20,7 @@ import asyncio
 import collections
 import ctypes
 import enum
+import struct
 
 from ._lib import lib
 from . import _lib
@@ -163,8 +164,12 @@ ConnInfo = collections.namedtuple(
 )
 
 
-class Event:
-    """One event from Context.poll / wait / next_events.
+_EventBase = collections.namedtuple(
+    "Event", "type conn listener imm len data op op_seq status prov_err")
+
+
+class Event(_EventBase):
+    """One event from Context.poll / wait / next_events (a named tuple).
 
     type      EventType
     conn      the Conn (None for CONNECT)
@@ -175,8 +180,7 @@ class Event:
     status    0 or a WIMM_E_* code; status_name its name; prov_err the provider's code
     """
 
-    __slots__ = ("type", "conn", "listener", "imm", "len", "data", "op", "op_seq", "status",
-                 "prov_err")
+    __slots__ = ()
 
     @property
     def status_name(self):
@@ -191,6 +195,13 @@ class Event:
         if self.status:
             parts.append(f"status={self.status_name} prov_err={self.prov_err}")
         return f"<wimm.Event {' '.join(parts)}>"
+
+
+# struct wimm_event as the C compiler lays it out, read in one pass: much
+# cheaper than a ctypes field access per member.
+_EVENT_STRUCT = struct.Struct("@iPPPIIPiQii")
+assert _EVENT_STRUCT.size == ctypes.sizeof(_lib.Event), "struct wimm_event layout changed"
+_new_tuple = tuple.__new__
 
 
 # ------------------------------------------------------------------ the objects
@@ -221,6 +232,8 @@ class Context:
         self._listeners = {}
         self._regions = []
         self._events = (_lib.Event * self.EVENT_BATCH)()
+        self._events_raw = memoryview(
+            (ctypes.c_char * ctypes.sizeof(self._events)).from_buffer(self._events))
 
     # -- life cycle
     def close(self):
@@ -321,25 +334,17 @@ class Context:
 
     # -- events
     def _convert(self, n):
-        out = []
         conns = self._conns
-        for i in range(n):
-            e = self._events[i]
-            ev = Event()
-            ev.type = _EVENT_TYPES[e.type]
-            ev.conn = conns.get(e.conn) if e.conn else None
-            ev.listener = self._listeners.get(e.listener) if e.listener else None
-            ev.imm = e.imm
-            ev.len = e.len
-            # SEND_IMM bytes live in a receive slot until the next poll:
-            # copy them out now.
-            ev.data = ctypes.string_at(e.data, e.len) if e.type == _SEND_IMM else None
-            ev.op = e.op
-            ev.op_seq = e.op_seq
-            ev.status = e.status
-            ev.prov_err = e.prov_err
-            out.append(ev)
-        return out
+        listeners = self._listeners
+        types = _EVENT_TYPES
+        string_at = ctypes.string_at
+        # SEND_IMM bytes live in a receive slot until the next poll: copy them now.
+        return [
+            _new_tuple(Event, (types[t], conns.get(c), listeners.get(li), imm, ln,
+                               string_at(d, ln) if t == _SEND_IMM else None, op, seq, st, pe))
+            for t, c, li, _user, imm, ln, d, op, seq, st, pe in _EVENT_STRUCT.iter_unpack(
+                self._events_raw[: n * _EVENT_STRUCT.size])
+        ]
 
     def poll(self, max_events=EVENT_BATCH):
         """Events available now (possibly []); drives progress and returns credits."""
