@@ -14,8 +14,11 @@ Each round runs, interleaved so drift and other load hit both alike:
                the events; the sender polls only when out of credit (µs per message)
 
 and, in one process, micro costs: a write_imm through Conn.write_imm against the bare
-ctypes call of wimm_write_imm, and the cost per event of Context.poll() (building the
-Event objects) against the bare ctypes wimm_poll on the same batches.
+ctypes call of wimm_write_imm and against the floor of any ctypes call with those
+arguments (a NULL connection, refused at once); and the cost per event of
+Context.poll() (building the Event tuples) against the bare ctypes wimm_poll on the
+same batches. "Python adds" per write_imm is wrapper - bare + floor (the C work is
+bare - floor), per event Context.poll - bare wimm_poll.
 
 The one-way latency of pingpong is one write_imm plus one event on the critical path, so
 Py - C there is the Python cost of one write_imm and one event; the rate difference is the
@@ -192,8 +195,8 @@ def micro(fabric, n=20000):
     lib = _lib.lib
     now = time.perf_counter_ns
     batch = 16  # within the 64 credits while the last batch's slots come back
-    res = {"wrapper_write_imm_us": [], "ctypes_write_imm_us": [], "poll_per_event_us": [],
-           "ctypes_poll_per_event_us": []}
+    res = {"wrapper_write_imm_us": [], "ctypes_write_imm_us": [], "ctypes_call_floor_us": [],
+           "poll_per_event_us": [], "ctypes_poll_per_event_us": []}
     events = (_lib.Event * 64)()
     for _ in range(n // batch):
         # batch doorbells through the wrapper, then drained by Context.poll()
@@ -216,6 +219,12 @@ def micro(fabric, n=20000):
         for i in range(batch):
             lib.wimm_write_imm(client._h, None, 0, 0, 0, i, 0)
         res["ctypes_write_imm_us"].append((now() - t0) / batch / 1000)
+        # the floor of a ctypes call with these arguments: the library
+        # refuses a NULL connection at once
+        t0 = now()
+        for i in range(batch):
+            lib.wimm_write_imm(None, None, 0, 0, 0, i, 0)
+        res["ctypes_call_floor_us"].append((now() - t0) / batch / 1000)
         got, t_poll = 0, 0
         while got < batch:
             t0 = now()
@@ -258,6 +267,12 @@ def main():
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     med["pingpong_overhead_us"] = med["py_pingpong_us"] - med["c_pingpong_us"]
     med["rate_overhead_us"] = med["py_rate_us_per_msg"] - med["c_rate_us_per_msg"]
+    # What Python adds to one write_imm: the ctypes call itself (its floor)
+    # plus the wrapper around it; to one event: Context.poll over the bare
+    # wimm_poll on the same batches.
+    med["write_imm_added_us"] = (med["wrapper_write_imm_us"] - med["ctypes_write_imm_us"] +
+                                 med["ctypes_call_floor_us"])
+    med["event_added_us"] = med["poll_per_event_us"] - med["ctypes_poll_per_event_us"]
     if a.json:
         print(json.dumps({"fabric": a.fabric, "rounds": rounds, "median": med}))
         return
@@ -268,9 +283,11 @@ def main():
     print(f"  per message       C {med['c_rate_us_per_msg']:.3f} µs   Python "
           f"{med['py_rate_us_per_msg']:.3f} µs   Python adds {med['rate_overhead_us']:.3f} µs")
     print(f"  write_imm call    Conn.write_imm {med['wrapper_write_imm_us']:.3f} µs   bare ctypes "
-          f"{med['ctypes_write_imm_us']:.3f} µs")
+          f"{med['ctypes_write_imm_us']:.3f} µs   ctypes floor {med['ctypes_call_floor_us']:.3f} µs"
+          f"   Python adds {med['write_imm_added_us']:.3f} µs")
     print(f"  per event         Context.poll {med['poll_per_event_us']:.3f} µs   bare ctypes "
-          f"wimm_poll {med['ctypes_poll_per_event_us']:.3f} µs")
+          f"wimm_poll {med['ctypes_poll_per_event_us']:.3f} µs   Python adds "
+          f"{med['event_added_us']:.3f} µs")
 
 
 if __name__ == "__main__":
