@@ -76,23 +76,21 @@ class Pair:
 
     def events(self, n, types=(wimm.EV_WRITE_IMM, wimm.EV_SEND_IMM), seconds=10):
         """The next n events of `types` at the server, driving both sides."""
-        got = []
-        deadline = time.monotonic() + timeout(seconds)
-        while len(got) < n:
-            self.cctx.poll()
-            got += [e for e in self.sctx.poll() if e.type in types]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {len(got)} of {n} events in {seconds} s: {got}")
-        return got
+        return self._collect(self.sctx, self.cctx, n, types, seconds)
 
     def client_events(self, n, types, seconds=10):
+        """The same at the client."""
+        return self._collect(self.cctx, self.sctx, n, types, seconds)
+
+    @staticmethod
+    def _collect(ctx, other, n, types, seconds):
         got = []
         deadline = time.monotonic() + timeout(seconds)
         while len(got) < n:
-            self.sctx.poll()
-            got += [e for e in self.cctx.poll() if e.type in types]
+            other.poll()
+            got += [e for e in ctx.poll() if e.type in types]
             if time.monotonic() > deadline:
-                raise AssertionError(f"only {len(got)} of {n} client events: {got}")
+                raise AssertionError(f"only {len(got)} of {n} events in {seconds} s: {got}")
         return got
 
     def close(self):

@@ -207,7 +207,17 @@ _new_tuple = tuple.__new__
 # ------------------------------------------------------------------ the objects
 
 
-class Context:
+class _Scoped:
+    """with obj: ... closes obj at the end."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Context(_Scoped):
     """A fabric context: Context("ofi:tcp"), Context("verbs:rxe0"), Context("auto").
 
     Keyword arguments are struct wimm_ctx_attr's: cq_budget, spin_us,
@@ -249,12 +259,6 @@ class Context:
         if rc < 0:
             _raise(rc, self._h, "close the context")
         self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __del__(self):
         if getattr(self, "_h", None) is not None:
@@ -312,9 +316,7 @@ class Context:
         rc = lib.wimm_listen(self._handle(), addr.encode(), ctypes.byref(attr), ctypes.byref(h))
         if rc < 0:
             _raise(rc, self._h, f"listen on {addr}")
-        listener = Listener(self, h, window)
-        self._listeners[h.value] = listener
-        return listener
+        return Listener(self, h, window)
 
     def connect(self, addr, *, timeout=None, window=None, window_off=0, window_len=0, rx_depth=0,
                 recv_size=0, sq_depth=0):
@@ -325,12 +327,7 @@ class Context:
                               _timeout_ms(timeout), ctypes.byref(h))
         if rc < 0:
             _raise(rc, self._h, f"connect to {addr}")
-        return self._adopt(h, window)
-
-    def _adopt(self, h, window):
-        conn = Conn(self, h, window)
-        self._conns[h.value] = conn
-        return conn
+        return Conn(self, h, window)
 
     # -- events
     def _convert(self, n):
@@ -421,7 +418,7 @@ def _conn_attr(ctx, window, window_off, window_len, rx_depth, recv_size, sq_dept
                          _u32("recv_size", recv_size), _u32("sq_depth", sq_depth), None)
 
 
-class Region:
+class Region(_Scoped):
     """A registered memory region over a Python buffer (Context.register).
 
     .buffer is a byte-wise memoryview of the registered memory; .obj the
@@ -489,22 +486,51 @@ class Region:
         self.ctx._regions.remove(self)
         self._release()
 
-    close = deregister
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def close(self):
         self.deregister()
 
 
-class Listener:
-    """A passive endpoint (Context.listen)."""
+class _Child(_Scoped):
+    """A listener or connection: a handle the C library deletes through its address,
+    registered with its context by handle value (events name them so)."""
 
-    def __init__(self, ctx, h, window):
+    _what = ""
+
+    def __init__(self, ctx, h, window, registry):
         self.ctx = ctx
         self._h = h
         self._window = window  # the attributes name it: keep it registered
+        self._registry = registry
+        registry[h.value] = self
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError(f"the {self._what} is closed")
+        return self._h
+
+    @staticmethod
+    def _delete(handle_ref):
+        raise NotImplementedError
+
+    def close(self):
+        if self._h is None:
+            return
+        key = self._h.value
+        rc = self._delete(ctypes.byref(self._h))
+        if rc < 0:
+            _raise(rc, self.ctx._h, f"close the {self._what}")
+        self._h = None
+        self._registry.pop(key, None)
+
+
+class Listener(_Child):
+    """A passive endpoint (Context.listen)."""
+
+    _what = "listener"
+    _delete = staticmethod(lib.wimm_listener_delete)
+
+    def __init__(self, ctx, h, window):
+        super().__init__(ctx, h, window, ctx._listeners)
 
     @property
     def port(self):
@@ -513,11 +539,6 @@ class Listener:
     def fileno(self):
         return lib.wimm_listener_fd(self._handle())
 
-    def _handle(self):
-        if self._h is None:
-            raise ValueError("the listener is closed")
-        return self._h
-
     def accept(self, timeout=None):
         """Accept one connection (seconds; None forever; 0 polls). GIL released while
         waiting. Raises Error TIMEDOUT (AGAIN for 0) when none comes."""
@@ -525,26 +546,10 @@ class Listener:
         rc = lib.wimm_accept(self._handle(), _timeout_ms(timeout), ctypes.byref(h))
         if rc < 0:
             _raise(rc, self.ctx._h, "accept")
-        return self.ctx._adopt(h, self._window)
-
-    def close(self):
-        if self._h is None:
-            return
-        key = self._h.value
-        rc = lib.wimm_listener_delete(ctypes.byref(self._h))
-        if rc < 0:
-            _raise(rc, self.ctx._h, "close the listener")
-        self._h = None
-        self.ctx._listeners.pop(key, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return Conn(self.ctx, h, self._window)
 
 
-class Conn:
+class Conn(_Child):
     """A reliable connection to one peer (Context.connect, Listener.accept).
 
     Offsets and lengths are bytes; src / dst are Regions of the same
@@ -552,15 +557,11 @@ class Conn:
     WIMM_E_AGAIN without credit (pass flags=wimm.F_WAIT to wait instead),
     WIMM_E_BOUNDS outside the peer's window."""
 
-    def __init__(self, ctx, h, window):
-        self.ctx = ctx
-        self._h = h
-        self._window = window
+    _what = "connection"
+    _delete = staticmethod(lib.wimm_conn_delete)
 
-    def _handle(self):
-        if self._h is None:
-            raise ValueError("the connection is closed")
-        return self._h
+    def __init__(self, ctx, h, window):
+        super().__init__(ctx, h, window, ctx._conns)
 
     def _check(self, region, *sizes):
         if region.ctx is not self.ctx or region._h is None:
@@ -575,54 +576,46 @@ class Conn:
         doorbell imm (one WRITE_IMM event at the peer, after the bytes landed)."""
         if imm >> 32:
             _u32("imm", imm)
-        try:
-            rc = lib.wimm_write_imm(self._h, src._h, src_off, dst_off, length, imm, flags)
-        except AttributeError:  # src None: a pure doorbell (length 0) needs no source
-            rc = E_INVAL if src is not None else lib.wimm_write_imm(
-                self._handle(), None, src_off, dst_off, length, imm, flags)
-        if rc:
-            self._failed(rc, "write_imm", src, src_off, dst_off, length, imm)
+        self._post(lib.wimm_write_imm, "write_imm", src, (src_off, dst_off, length, imm, flags),
+                   src_off, dst_off, length)
 
     def write(self, src, src_off, dst_off, length, flags=0):
         """Plain RDMA write: no doorbell, no credit."""
-        try:
-            rc = lib.wimm_write(self._h, src._h, src_off, dst_off, length, flags)
-        except AttributeError:
-            rc = E_INVAL
-        if rc:
-            self._failed(rc, "write", src, src_off, dst_off, length, 0)
+        self._post(lib.wimm_write, "write", src, (src_off, dst_off, length, flags), src_off,
+                   dst_off, length)
 
     def send_imm(self, src, src_off, length, imm, flags=0):
         """Two-sided send into one of the peer's receive buffers, carrying imm."""
         if imm >> 32:
             _u32("imm", imm)
-        try:
-            rc = lib.wimm_send_imm(self._h, src._h, src_off, length, imm, flags)
-        except AttributeError:
-            rc = E_INVAL
-        if rc:
-            self._failed(rc, "send_imm", src, src_off, 0, length, imm)
+        self._post(lib.wimm_send_imm, "send_imm", src, (src_off, length, imm, flags), src_off,
+                   0, length)
 
     def read(self, dst, dst_off, src_off, length, flags=F_SIGNAL):
         """RDMA read of the peer's window at src_off into dst[dst_off:]; completes with a
         SEND_DONE event (op READ)."""
+        self._post(lib.wimm_read, "read", dst, (dst_off, src_off, length, flags), dst_off,
+                   src_off, length)
+
+    def _post(self, fn, what, region, args, a, b, length):
+        # The fast path hands Python ints straight to ctypes; only a failure
+        # looks closer. A None region is NULL: fine for a zero-length doorbell.
         try:
-            rc = lib.wimm_read(self._h, dst._h, dst_off, src_off, length, flags)
-        except AttributeError:
+            rc = fn(self._h, None if region is None else region._h, *args)
+        except AttributeError:  # not a Region
             rc = E_INVAL
         if rc:
-            self._failed(rc, "read", dst, dst_off, src_off, length, 0)
+            self._failed(rc, what, region, a, b, length)
 
-    def _failed(self, rc, what, region, a, b, length, imm):
-        # The fast path passes Python ints straight to ctypes; explain
-        # what ctypes could not, then the library's own refusal.
-        if region is None and what == "write_imm" and length == 0:
+    def _failed(self, rc, what, region, a, b, length):
+        # Explain what ctypes could not (wrong types, negative numbers that
+        # it wrapped around), then the library's own refusal.
+        self._handle()
+        if region is None and length == 0:
             _raise(rc, self.ctx._h, what)
         if not isinstance(region, Region):
             raise TypeError(f"{what}: expected a Region, not {type(region).__name__}")
-        self._handle()
         self._check(region, a, b, length)
-        _u32("imm", imm)
         _raise(rc, self.ctx._h, what)
 
     def info(self):
@@ -640,22 +633,6 @@ class Conn:
     @property
     def connected(self):
         return self.info().connected
-
-    def close(self):
-        if self._h is None:
-            return
-        key = self._h.value
-        rc = lib.wimm_conn_delete(ctypes.byref(self._h))
-        if rc < 0:
-            _raise(rc, self.ctx._h, "close the connection")
-        self._h = None
-        self.ctx._conns.pop(key, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 # ---------------------------------------------------------------- imm layouts
