@@ -10,9 +10,9 @@
     pages.py render OUT_DIR               every built page and link renders with
                                           man -l, without a groff warning
 
-The header is parsed generically (comments stripped, then every
-"wimm_name(" is a function and every "struct/enum wimm_name {" or
-"struct wimm_name;" a type), so a new function in include/wimm.h needs only
+The header is parsed generically (comments and macros stripped, then every
+"wimm_name(" is a function, and every "struct/enum/union wimm_name {" or
+"struct wimm_name;" and every typedef'd wimm_name a type), so a new function in include/wimm.h needs only
 its name in some page's NAME line and its description there.
 """
 
@@ -65,7 +65,11 @@ def header_api(header):
     code = re.sub(r"//[^\n]*", " ", code)
     code = re.sub(r"^\s*#.*?(?<!\\)$", " ", code, flags=re.M | re.S)  # macros
     functions = set(re.findall(rf"\b({IDENT})\s*\(", code))
-    types = set(re.findall(rf"\b(?:struct|enum)\s+({IDENT})\s*[{{;]", code))
+    types = set(re.findall(rf"\b(?:struct|enum|union)\s+({IDENT})\s*[{{;]", code))
+    # typedefs: of a function pointer, "typedef void (*wimm_log_fn)(...)",
+    # and of anything else, "typedef ... wimm_x;"
+    types |= set(re.findall(rf"\btypedef[^;]*?\(\s*\*\s*({IDENT})\s*\)", code))
+    types |= set(re.findall(rf"\btypedef[^;(]*?\b({IDENT})\s*;", code))
     return functions, types
 
 
