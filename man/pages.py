@@ -2,8 +2,8 @@
 """Build and check wimm's man pages (scdoc sources in man/).
 
     pages.py build SRC_DIR OUT_DIR        scdoc every *.N.scd into OUT_DIR/manN/,
-                                          and a .so link page for every other name
-                                          of its NAME line
+                                          and a symlink for every other name of its
+                                          NAME line
     pages.py coverage HEADER SRC_DIR      every function and type of the header has
                                           a page (is named in a NAME line), and no
                                           page names a function the header lacks
@@ -54,8 +54,13 @@ def build(src_dir, out_dir):
         names, _ = names_of(path)
         for name in names:
             if name != page:
-                with open(os.path.join(mandir, f"{name}.{section}"), "w") as link:
-                    link.write(f".so man{section}/{page}.{section}\n")
+                # A relative symlink: man -l resolves it from any directory
+                # (a ".so" line only from the hierarchy's root), and man-db
+                # follows it where the pages are installed.
+                link = os.path.join(mandir, f"{name}.{section}")
+                if os.path.lexists(link):
+                    os.unlink(link)
+                os.symlink(f"{page}.{section}", link)
 
 
 def header_api(header):
@@ -115,9 +120,9 @@ def render(out_dir):
         raise SystemExit(f"{out_dir}: no pages built")
     env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8", MAN_KEEP_FORMATTING="")
     for page in pages:
-        # Run from the hierarchy's root so .so links resolve as installed.
-        r = subprocess.run(["man", "--warnings=w", "-l", os.path.relpath(page, out_dir)],
-                           cwd=out_dir, env=env, capture_output=True, text=True)
+        # From another directory: every name must resolve with man -l as it is.
+        r = subprocess.run(["man", "--warnings=w", "-l", os.path.abspath(page)], cwd="/",
+                           env=env, capture_output=True, text=True)
         bad = r.returncode != 0 or r.stderr.strip() or "NAME" not in r.stdout
         if bad:
             failed += 1
