@@ -80,6 +80,7 @@ class WaitMode(enum.IntEnum):
 
 
 _EVENT_TYPES = {int(t): t for t in EventType}
+_OPS = {int(o): o for o in Op}
 _SEND_IMM = int(EventType.SEND_IMM)
 
 EV_WRITE_IMM = EventType.WRITE_IMM
@@ -191,7 +192,7 @@ class Event(_EventBase):
         if self.type in (EventType.WRITE_IMM, EventType.SEND_IMM):
             parts.append(f"imm={self.imm:#x} len={self.len}")
         if self.type in (EventType.SEND_DONE, EventType.ERROR):
-            parts.append(f"op={Op(self.op).name} op_seq={self.op_seq}")
+            parts.append(f"op={getattr(self.op, 'name', self.op)} op_seq={self.op_seq}")
         if self.status:
             parts.append(f"status={self.status_name} prov_err={self.prov_err}")
         return f"<wimm.Event {' '.join(parts)}>"
@@ -334,11 +335,13 @@ class Context(_Scoped):
         conns = self._conns
         listeners = self._listeners
         types = _EVENT_TYPES
+        ops = _OPS
         string_at = ctypes.string_at
         # SEND_IMM bytes live in a receive slot until the next poll: copy them now.
         return [
             _new_tuple(Event, (types[t], conns.get(c), listeners.get(li), imm, ln,
-                               string_at(d, ln) if t == _SEND_IMM else None, op, seq, st, pe))
+                               string_at(d, ln) if t == _SEND_IMM else None, ops.get(op, op),
+                               seq, st, pe))
             for t, c, li, _user, imm, ln, d, op, seq, st, pe in _EVENT_STRUCT.iter_unpack(
                 self._events_raw[: n * _EVENT_STRUCT.size])
         ]
