@@ -193,6 +193,9 @@ def micro(fabric, n=20000):
     sctx, cctx, server, client = pair(fabric, rx_depth=64)
     src = cctx.register(bytearray(64))
     lib = _lib.lib
+    # The calls Conn.write_imm and Context.poll make (see wimm/_lib.py _FAST).
+    write_imm = lib.fast["wimm_write_imm"] if lib.fast else lib.wimm_write_imm
+    poll = lib.fast["wimm_poll"] if lib.fast else lib.wimm_poll
     now = time.perf_counter_ns
     batch = 16  # within the 64 credits while the last batch's slots come back
     res = {"wrapper_write_imm_us": [], "ctypes_write_imm_us": [], "ctypes_call_floor_us": [],
@@ -217,18 +220,18 @@ def micro(fabric, n=20000):
         # the same through the bare ctypes functions
         t0 = now()
         for i in range(batch):
-            lib.wimm_write_imm(client._h, None, 0, 0, 0, i, 0)
+            write_imm(client._h, None, 0, 0, 0, i, 0)
         res["ctypes_write_imm_us"].append((now() - t0) / batch / 1000)
         # the floor of a ctypes call with these arguments: the library
         # refuses a NULL connection at once
         t0 = now()
         for i in range(batch):
-            lib.wimm_write_imm(None, None, 0, 0, 0, i, 0)
+            write_imm(None, None, 0, 0, 0, i, 0)
         res["ctypes_call_floor_us"].append((now() - t0) / batch / 1000)
         got, t_poll = 0, 0
         while got < batch:
             t0 = now()
-            k = lib.wimm_poll(sctx._h, events, 64)
+            k = poll(sctx._h, events, 64)
             t1 = now()
             if k > 0:
                 got += k

@@ -87,6 +87,10 @@ def test_bounds_errors_post_nothing(pair):
         ((src, 0, wlen, 1, 1), "WIMM_E_BOUNDS"),
         ((src, 100, 0, 29, 1), "WIMM_E_LOCAL_BOUNDS"),
         ((src, 0, 0, 129, 1), "WIMM_E_LOCAL_BOUNDS"),
+        # beyond 32 bits: the declared (converting) call path
+        ((src, 0, 1 << 40, 1, 1), "WIMM_E_BOUNDS"),
+        ((src, 1 << 33, 0, 1, 1), "WIMM_E_LOCAL_BOUNDS"),
+        ((src, 0, 0, (1 << 32) + 1, 1), "WIMM_E_TOOBIG"),
     ]
     for args, name in cases:
         with pytest.raises(wimm.Error) as e:
@@ -99,6 +103,11 @@ def test_bounds_errors_post_nothing(pair):
         pair.client.write_imm(src, 0, 0, 1, 1 << 32)
     with pytest.raises(ValueError):
         pair.client.write_imm(src, 0, 0, 1, -1)
+    with pytest.raises(ValueError):
+        pair.client.write_imm(src, 0, 0, 1, 1, 1 << 40)  # flags that C would truncate
+    with pytest.raises(wimm.Error) as e:
+        pair.client.write_imm(src, 0, 0, 1, 1, 1 << 7)  # an unknown flag
+    assert e.value.name == "WIMM_E_INVAL"
     with pytest.raises(TypeError):
         pair.client.write_imm(bytearray(8), 0, 0, 1, 1)
     # Nothing was posted: the next doorbell is the first event.

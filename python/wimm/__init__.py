@@ -207,6 +207,19 @@ _new_tuple = tuple.__new__
 
 # ------------------------------------------------------------------ the objects
 
+# (fast, declared) function pairs of the hot path; see _lib._FAST.
+def _hot(name):
+    declared = getattr(lib, name)
+    return (lib.fast[name] if lib.fast else declared), declared
+
+
+_WRITE_IMM = _hot("wimm_write_imm")
+_WRITE = _hot("wimm_write")
+_SEND_IMM_FN = _hot("wimm_send_imm")
+_READ = _hot("wimm_read")
+_POLL = _hot("wimm_poll")[0]
+_BATCH = 64  # events per poll: the size of a context's event array
+
 
 class _Scoped:
     """with obj: ... closes obj at the end."""
@@ -227,7 +240,7 @@ class Context(_Scoped):
     block) closes its connections, listeners and regions first.
     """
 
-    EVENT_BATCH = 64
+    EVENT_BATCH = _BATCH
 
     def __init__(self, uri="auto", *, cq_budget=0, spin_us=0, post_wait_ms=0, polling=False,
                  flags=0):
@@ -348,8 +361,9 @@ class Context(_Scoped):
 
     def poll(self, max_events=EVENT_BATCH):
         """Events available now (possibly []); drives progress and returns credits."""
-        n = lib.wimm_poll(self._handle(), self._events, min(max_events, self.EVENT_BATCH))
+        n = _POLL(self._h, self._events, max_events if max_events < _BATCH else _BATCH)
         if n < 0:
+            self._handle()
             _raise(n, self._h, "poll")
         return self._convert(n) if n else []
 
@@ -577,36 +591,46 @@ class Conn(_Child):
     def write_imm(self, src, src_off, dst_off, length, imm, flags=0):
         """Write src[src_off:src_off+length] to the peer's window at dst_off and ring the
         doorbell imm (one WRITE_IMM event at the peer, after the bytes landed)."""
-        if imm >> 32:
-            _u32("imm", imm)
-        self._post(lib.wimm_write_imm, "write_imm", src, (src_off, dst_off, length, imm, flags),
-                   src_off, dst_off, length)
+        if imm >> 31:  # as int32 for the fast call: same low 32 bits
+            imm = _u32("imm", imm) - 0x100000000
+        self._post(_WRITE_IMM, "write_imm", src, (src_off, dst_off, length, imm, flags),
+                   src_off, dst_off, length, flags)
 
     def write(self, src, src_off, dst_off, length, flags=0):
         """Plain RDMA write: no doorbell, no credit."""
-        self._post(lib.wimm_write, "write", src, (src_off, dst_off, length, flags), src_off,
-                   dst_off, length)
+        self._post(_WRITE, "write", src, (src_off, dst_off, length, flags), src_off,
+                   dst_off, length, flags)
 
     def send_imm(self, src, src_off, length, imm, flags=0):
         """Two-sided send into one of the peer's receive buffers, carrying imm."""
-        if imm >> 32:
-            _u32("imm", imm)
-        self._post(lib.wimm_send_imm, "send_imm", src, (src_off, length, imm, flags), src_off,
-                   0, length)
+        if imm >> 31:
+            imm = _u32("imm", imm) - 0x100000000
+        self._post(_SEND_IMM_FN, "send_imm", src, (src_off, length, imm, flags), src_off, 0,
+                   length, flags)
 
     def read(self, dst, dst_off, src_off, length, flags=F_SIGNAL):
         """RDMA read of the peer's window at src_off into dst[dst_off:]; completes with a
         SEND_DONE event (op READ)."""
-        self._post(lib.wimm_read, "read", dst, (dst_off, src_off, length, flags), dst_off,
-                   src_off, length)
+        self._post(_READ, "read", dst, (dst_off, src_off, length, flags), dst_off,
+                   src_off, length, flags)
 
-    def _post(self, fn, what, region, args, a, b, length):
-        # The fast path hands Python ints straight to ctypes; only a failure
-        # looks closer. A None region is NULL: fine for a zero-length doorbell.
+    def _post(self, fns, what, region, args, a, b, length, flags):
+        # Python ints go straight to ctypes; only a failure looks closer. A
+        # None region is NULL: fine for a zero-length doorbell.
         try:
-            rc = fn(self._h, None if region is None else region._h, *args)
-        except AttributeError:  # not a Region
-            rc = E_INVAL
+            h = None if region is None else region._h
+        except AttributeError:  # not a Region: raises TypeError
+            self._failed(E_INVAL, what, region, a, b, length)
+            raise
+        # The fast call passes ints as C int, truncating silently: only for
+        # values that are non-negative int32 (a negative or a wide one takes
+        # the declared call, whose size_t the library then bounds-checks).
+        if (a | b | length | flags) >> 31:
+            if not 0 <= flags <= 0xFFFFFFFF:
+                raise ValueError(f"{what}: flags must be a combination of F_SIGNAL and F_WAIT")
+            rc = fns[1](self._h, h, *args)
+        else:
+            rc = fns[0](self._h, h, *args)
         if rc:
             self._failed(rc, what, region, a, b, length)
 
