@@ -9,11 +9,17 @@ which is pure Python, is put into a wheel with the standard library alone.
 Metadata comes from pyproject.toml's [project] table either way.
 """
 
+import ast
 import base64
 import hashlib
 import os
-import tomllib
+import re
 import zipfile
+
+try:
+    import tomllib  # Python 3.11+
+except ImportError:
+    tomllib = None
 
 try:
     import wheel  # noqa: F401 (setuptools builds wheels only with it)
@@ -25,8 +31,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _project():
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]
+    path = os.path.join(ROOT, "pyproject.toml")
+    if tomllib:
+        with open(path, "rb") as f:
+            return tomllib.load(f)["project"]
+    # Before 3.11: the [project] table of our own pyproject.toml holds only
+    # `key = "string"` and `key = [strings]` lines, which Python literals read.
+    with open(path, encoding="utf-8") as f:
+        table = f.read().split("[project]", 1)[1].split("\n[", 1)[0]
+    return {k: ast.literal_eval(v) for k, v in re.findall(r"^([\w-]+) = (.+)$", table, re.M)}
 
 
 def _metadata(p):
