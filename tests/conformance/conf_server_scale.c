@@ -292,9 +292,15 @@ static char last_why[128];
 
 /* Take what events there are: none may say a connection failed (-1, with
  * last_why set). */
-static int child_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
+static int close_requested;
+
+/* Take what events there are: none may say a connection failed (-1, with
+ * last_why set). Commands: 'c' close; 'd' + a byte i: say connection i's
+ * counters (the test asks when the server dropped it). */
+static int child_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, struct wimm_conn **c,
+			int nconn)
 {
-	int rc = wimm_poll(ctx, ev, n);
+	int rc = wimm_poll(ctx, ev, n), cmd;
 
 	if (rc < 0) {
 		snprintf(last_why, sizeof(last_why), "wimm_poll: %s", wimm_err_name(rc));
@@ -307,7 +313,24 @@ static int child_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 			return -1;
 		}
 	}
-	(void)ctx;
+	while ((cmd = child_cmd(0)) != 0) {
+		if (cmd == 'c')
+			close_requested = 1;
+		if (cmd != 'd')
+			continue;
+		int k = child_cmd(1);
+		struct wimm_conn_stats cs = {0};
+		struct wimm_conn_info ci = {0};
+
+		if (k < nconn && c[k]) {
+			wimm_conn_stats(c[k], &cs);
+			wimm_conn_info(c[k], &ci);
+		}
+		child_say(
+		    "stat #%d: connected %d, %llu heartbeats out, %llu in, %llu doorbells out", k,
+		    ci.connected, (unsigned long long)cs.heartbeats_out,
+		    (unsigned long long)cs.heartbeats_in, (unsigned long long)cs.doorbells_out);
+	}
 	return 0;
 }
 
@@ -353,7 +376,7 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 			child_say("slow %d %llu", i, (unsigned long long)took);
 		/* Poll between connects: heartbeats of the earlier ones go out
 		 * from poll and wait only (wimm_ctx_attr.liveness_ms). */
-		if (child_events(ctx, ev, 64)) {
+		if (child_events(ctx, ev, 64, c, nconn)) {
 			child_say("fail after connection %d of %d, %.1f s in (slowest connect "
 				  "%.1f ms): %s",
 				  i, nconn, (double)(conf_now_us() - t0) / 1e6,
@@ -373,9 +396,9 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 		}
 	}
 	child_say("sent");
-	while (child_cmd(0) != 'c') {
+	while (!close_requested) {
 		conf_sleep_us(2000);
-		if (child_events(ctx, ev, 64)) {
+		if (child_events(ctx, ev, 64, c, nconn)) {
 			child_say("fail while idle: %s", last_why);
 			return 1;
 		}
@@ -437,12 +460,13 @@ int conf_server_scale_child(int argc, char **argv)
 /* ----------------------------------------- server_many_connections */
 
 struct many {
+	struct srv_peer *peers;
 	struct wimm_ctx *ctx;
 	struct wimm_listener *l;
 	int total, per;
 	struct wimm_conn **conn;
 	uint32_t *rx;
-	int64_t *acc_ms;
+	int64_t *acc_ms, last_connect_ms;
 	unsigned char *est;
 	int requests, accepted, established, disconnects, doorbells;
 	int closing;
@@ -508,6 +532,27 @@ out:
 	return -1;
 }
 
+/* What the client's side of its connection idx says (a diagnostic). */
+static void ask_client(struct srv_peer *p, int idx)
+{
+	char line[256];
+
+	if (srv_peer_cmd(p, 'd') || srv_peer_cmd(p, (char)idx))
+		return;
+	for (int64_t end = conf_now_ms() + 1000; conf_now_ms() < end;) {
+		int rc = srv_peer_line(p, line, sizeof(line));
+
+		if (rc < 0)
+			return;
+		if (rc == 1 && strncmp(line, "stat ", 5) == 0) {
+			conf_diag("its client: %s", line + 5);
+			return;
+		}
+		if (rc == 0)
+			conf_sleep_us(2000);
+	}
+}
+
 /* The slowest wimm_connect a client reported. */
 static unsigned long long slowest_connect_us;
 
@@ -528,6 +573,7 @@ static int many_turn(struct many *m)
 
 		switch (ev[i].type) {
 		case WIMM_EV_CONNECT:
+			m->last_connect_ms = conf_now_ms();
 			if (many_accept(m))
 				goto out;
 			break;
@@ -556,6 +602,20 @@ static int many_turn(struct many *m)
 					  (unsigned long long)cs.heartbeats_in,
 					  (unsigned long long)cs.heartbeats_out,
 					  (unsigned long long)cs.credit_returns);
+				if (ok)
+					ask_client(&m->peers[k / m->per], k % m->per);
+				/* A request waiting without a CONNECT event? */
+				struct wimm_request *r = NULL;
+				int64_t t_req = conf_now_ms();
+				int rq = wimm_listener_request(m->l, 100, &r);
+
+				conf_diag("wimm_listener_request(100 ms) now: %s after %lld ms "
+					  "(the last CONNECT event %lld ms ago)",
+					  rq ? wimm_err_name(rq) : "a request",
+					  (long long)(conf_now_ms() - t_req),
+					  (long long)(t_req - m->last_connect_ms));
+				if (r)
+					wimm_request_reject(&r, WIMM_E_REFUSED);
 
 				conf_fail(__FILE__, __LINE__,
 					  "connection %d (client process %d, #%d) dropped before "
@@ -642,6 +702,7 @@ static void t_server_many_connections(const char *uri)
 
 	for (int i = 0; i < SCALE_PROCS; i++)
 		p[i] = (struct srv_peer){.pid = -1, .st = -1, .cmd = -1};
+	m.peers = p;
 	m.total = scale_conns(uri);
 	int procs = m.total < SCALE_PROCS ? m.total : SCALE_PROCS;
 
