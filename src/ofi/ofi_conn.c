@@ -23,8 +23,7 @@ static int ofi_conn_alloc_rx(struct ofi_conn *c)
 	}
 	for (uint32_t i = 0; i < c->rx_depth; i++)
 		c->slots[i].buf = c->rx_buf + (size_t)i * c->recv_size;
-	ret = fi_mr_reg(x->domain, c->rx_buf, bytes, FI_RECV, 0, x->prov_key ? 0 : x->next_key++, 0,
-			&c->rx_mr, NULL);
+	ret = ofi_reg(x, c->rx_buf, bytes, FI_RECV, &c->rx_mr);
 	if (ret) {
 		ret = ofi_err(x, ret, "fi_mr_reg (receive slots)");
 		goto err_free_slots;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -61,6 +62,15 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	h->ep_attr->type = type;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	/* Credits and "writes, then one doorbell" need a write to land before
+	 * a later write or send of the same endpoint: ask, so that a provider
+	 * that cannot promise it does not match (shm then also stops doing
+	 * plain writes by CMA beside its ordered command queue). Nagle: tcp
+	 * sets TCP_NODELAY on its sockets unless the traffic class is
+	 * FI_TC_BULK_DATA (libfabric >= 1.12, tcpx_setup_socket), so the
+	 * unset class here is all it takes; FI_TCP_NODELAY=0 from the user
+	 * still turns it off. */
+	h->tx_attr->msg_order = OFI_ORDER;
 	if (prov) {
 		h->fabric_attr->prov_name = strdup(prov);
 		if (!h->fabric_attr->prov_name) {
@@ -71,9 +81,10 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	return h;
 }
 
-/* Would the provider match if we accepted FI_RX_CQ_DATA mode (libfabric's
- * verbs provider does)? Only to name the reason in the error. */
-static int ofi_needs_rx_cq_data(const char *prov)
+/* Would the provider match with FI_RX_CQ_DATA mode accepted (libfabric's
+ * verbs provider would), or without the ordering asked for? Only to name
+ * the reason in the error. */
+static int ofi_matches_if(const char *prov, uint64_t mode, uint64_t msg_order)
 {
 	struct fi_info *hints = ofi_hints(prov, FI_EP_UNSPEC);
 	struct fi_info *list = NULL;
@@ -81,7 +92,8 @@ static int ofi_needs_rx_cq_data(const char *prov)
 
 	if (!hints)
 		return 0;
-	hints->mode = FI_RX_CQ_DATA;
+	hints->mode = mode;
+	hints->tx_attr->msg_order = msg_order;
 	found = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list) == 0;
 	fi_freeinfo(list);
 	fi_freeinfo(hints);
@@ -120,10 +132,14 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 		fi_freeinfo(list);
 	}
 	wimm_ctx_set_provider_error(x->core, last,
-				    ofi_needs_rx_cq_data(prov)
+				    ofi_matches_if(prov, FI_RX_CQ_DATA, OFI_ORDER)
 					? "the provider needs FI_RX_CQ_DATA (a posted receive "
 					  "for each remote CQ data), which wimm's ofi backend does "
 					  "not offer; use the native verbs:<device> backend"
+				    : ofi_matches_if(prov, 0, 0)
+					? "the provider does not order a write before a later "
+					  "write or send (FI_ORDER_WAW | FI_ORDER_SAW), which "
+					  "credits and doorbells depend on"
 					: "no libfabric provider of that name with RMA and remote "
 					  "CQ data");
 	return WIMM_E_NODEV;
@@ -147,17 +163,6 @@ static int ofi_reg_null_mr(struct ofi_ctx *x)
 
 static void ofi_ctx_close(void *bctx);
 
-/* libfabric's tcp provider leaves Nagle's algorithm on unless told: then a
- * small write behind an unacknowledged one (a credit return, say) waits for
- * the peer's delayed ACK, milliseconds. Measured here: 8-byte write_imm
- * rate 8 k/s with Nagle, 154 k/s without. The provider reads the variable
- * once, when it is first loaded, so set it before the first fi_getinfo;
- * an application's own setting wins. */
-static void ofi_tune_env(void)
-{
-	setenv("FI_TCP_NODELAY", "1", 0);
-}
-
 static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
 			void **bctx)
 {
@@ -167,14 +172,12 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	int ret;
 
 	(void)cq_budget; /* every connection has its own CQ, sized at conn_new */
-	ofi_tune_env();
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return WIMM_E_NOMEM;
 	x->core = ctx;
 	x->epfd = -1;
 	x->timerfd = -1;
-	x->next_key = 1;
 	if (!spec || !*spec)
 		spec = "tcp";
 	ret = ofi_find(x, spec, &x->info);
@@ -335,7 +338,6 @@ static int ofi_describe(FILE *f, int json, int *first)
 
 	if (!hints)
 		return WIMM_E_NOMEM;
-	ofi_tune_env();
 	ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
 	fi_freeinfo(hints);
 	if (ret)
@@ -388,6 +390,37 @@ static int ofi_auto_probe(char *spec, size_t spec_len)
 	return 0;
 }
 
+/* A key the peer cannot guess: where the provider leaves keys to us (tcp),
+ * sequential ones would let anyone who learnt one key name every other
+ * region. Never 0, which is the null window's. */
+static uint64_t ofi_random_key(void)
+{
+	uint64_t key = 0;
+
+	while (key == 0) {
+		if (getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+			/* No entropy (an old kernel, a seccomp filter): still not
+			 * sequential, though guessable. */
+			key = (uint64_t)wimm_now_ns() * 0x9e3779b97f4a7c15ull;
+		}
+	}
+	return key;
+}
+
+int ofi_reg(struct ofi_ctx *x, void *addr, size_t len, uint64_t acc, struct fid_mr **mr)
+{
+	int ret;
+
+	for (int tries = 0;; tries++) {
+		ret = fi_mr_reg(x->domain, addr, len, acc, 0, x->prov_key ? 0 : ofi_random_key(), 0,
+				mr, NULL);
+		/* A key another registration holds: draw again. */
+		if (ret != -FI_ENOKEY || x->prov_key || tries == 8)
+			break;
+	}
+	return ret;
+}
+
 static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struct wimm_bmr *out)
 {
 	struct ofi_ctx *x = bctx;
@@ -399,14 +432,7 @@ static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struc
 		acc |= FI_REMOTE_WRITE;
 	if (access & WIMM_REMOTE_READ)
 		acc |= FI_REMOTE_READ;
-	for (;;) {
-		uint64_t key = x->prov_key ? 0 : x->next_key++;
-
-		ret = fi_mr_reg(x->domain, addr, len, acc, 0, key, 0, &mr, NULL);
-		/* A key still held by another registration: take the next one. */
-		if (ret != -FI_ENOKEY || x->prov_key)
-			break;
-	}
+	ret = ofi_reg(x, addr, len, acc, &mr);
 	if (ret)
 		return ofi_err(x, ret, "fi_mr_reg");
 	out->addr = addr;

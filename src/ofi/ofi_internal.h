@@ -22,6 +22,8 @@
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* completions read ahead by post() / arm() */
 #define OFI_DEFAULT_TIMEOUT_MS 10000
+/* Ordering credits and doorbells rely on (see ofi_hints). */
+#define OFI_ORDER (FI_ORDER_WAW | FI_ORDER_SAW)
 #define OFI_CTRL_PERIOD_NS 1000000 /* control-plane checks in poll(): 1 ms */
 
 struct ofi_conn;
@@ -36,7 +38,6 @@ struct ofi_ctx {
 	int msg;	/* FI_EP_MSG (provider CM) vs FI_EP_RDM (TCP OOB) */
 	int prov_key;	/* provider picks MR keys */
 	int cq_wait_fd; /* CQs support FI_WAIT_FD */
-	uint64_t next_key;
 	char fabric_name[64];
 	int epfd;
 	int timerfd; /* wakes sleepers where CQs have no wait fd */
@@ -116,6 +117,8 @@ int ofi_err(struct ofi_ctx *x, int fi_ret, const char *what);
 int ofi_errno_err(struct ofi_ctx *x, int err, const char *what, int code);
 struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type);
 int ofi_ctx_track(struct ofi_ctx *x);
+/* fi_mr_reg with a key of wimm's choosing where the provider wants one. */
+int ofi_reg(struct ofi_ctx *x, void *addr, size_t len, uint64_t acc, struct fid_mr **mr);
 
 /* ofi_cm.c */
 int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out);
@@ -146,7 +149,5 @@ int ofi_fd(void *bctx);
 int ofi_arm(void *bctx);
 int ofi_epoll_add(struct ofi_ctx *x, int fd);
 void ofi_epoll_del(struct ofi_ctx *x, int fd);
-
-
 
 #endif
