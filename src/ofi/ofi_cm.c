@@ -332,6 +332,16 @@ static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *r
 		return ofi_errno_err(l->ctx, -ret, "reading handshake", ofi_sock_code(-ret));
 	}
 	req->sock = fd;
+	/* Which lane may take it depends on who it is (ofi_lane.c). A bad
+	 * handshake is the core's to refuse; it then names no one. */
+	{
+		struct wimm_handshake peer;
+
+		if (wimm_hs_decode(hs, *hs_len, &peer) == 0 && peer.addr_len <= OFI_NAME_MAX) {
+			memcpy(req->peer_name, peer.addr, peer.addr_len);
+			req->peer_name_len = peer.addr_len;
+		}
+	}
 	return 0;
 }
 
@@ -380,9 +390,54 @@ void ofi_reject(void *breq, int why)
 
 /* ------------------------------------------------------------ connecting */
 
-/* Wait for FI_CONNECTED on the connection's EQ; its CM data is the reply. */
-static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline, uint8_t *reply,
-			      size_t *reply_len)
+/* MSG: one event of the context's EQ, to the connection it names (tcp
+ * removes an endpoint's events from the EQ when it is closed, so the fid's
+ * context is a live connection). */
+void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_entry *e, size_t len)
+{
+	struct ofi_conn *c = e->fid ? e->fid->context : NULL;
+
+	(void)x;
+	if (!c)
+		return;
+	if (event == FI_CONNECTED && !c->connected) {
+		size_t n = len > sizeof(*e) ? len - sizeof(*e) : 0;
+
+		if (c->cm_reply) {
+			if (n > *c->cm_reply_len) {
+				c->cm_err = -FI_EMSGSIZE;
+				return;
+			}
+			memcpy(c->cm_reply, e->data, n);
+			*c->cm_reply_len = n;
+			c->cm_reply = NULL;
+		}
+		c->connected = 1;
+	} else if (event == FI_SHUTDOWN) {
+		if (c->connected)
+			ofi_conn_down(c, WIMM_E_DISCONNECTED, 0);
+		else
+			c->cm_err = -FI_ECONNRESET;
+	}
+}
+
+static void ofi_eq_error(struct ofi_ctx *x)
+{
+	struct fi_eq_err_entry err = {0};
+	struct ofi_conn *c;
+
+	if (fi_eq_readerr(x->eq, &err, 0) < 0)
+		return;
+	c = err.fid ? err.fid->context : NULL;
+	if (!c)
+		return;
+	if (c->connected)
+		ofi_conn_down(c, WIMM_E_DISCONNECTED, -err.err);
+	else
+		c->cm_err = err.err ? -err.err : -FI_ECONNREFUSED;
+}
+
+void ofi_eq_drain(struct ofi_ctx *x)
 {
 	union {
 		struct fi_eq_cm_entry e;
@@ -392,38 +447,59 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline, uint8_t *rep
 	ssize_t r;
 
 	for (;;) {
-		r = fi_eq_sread(c->eq, &event, &u, sizeof(u), wimm_remaining_ms(deadline), 0);
+		r = fi_eq_read(x->eq, &event, &u, sizeof(u), 0);
+		if (r == -FI_EAVAIL) {
+			ofi_eq_error(x);
+			continue;
+		}
+		if (r < 0)
+			return;
+		ofi_eq_dispatch(x, event, &u.e, (size_t)r);
+	}
+}
+
+/* Wait for FI_CONNECTED of c; the shared EQ may bring other connections'
+ * events meanwhile, which go where they belong. */
+static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline)
+{
+	struct ofi_ctx *x = c->ctx;
+	union {
+		struct fi_eq_cm_entry e;
+		uint8_t b[OFI_CM_BUF];
+	} u;
+	uint32_t event;
+	ssize_t r;
+
+	while (!c->connected && !c->cm_err) {
+		int wait = wimm_remaining_ms(deadline);
+
+		r = wait ? fi_eq_sread(x->eq, &event, &u, sizeof(u), wait, 0)
+			 : fi_eq_read(x->eq, &event, &u, sizeof(u), 0);
 		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
-			wimm_ctx_set_provider_error(c->ctx->core, -FI_ETIMEDOUT,
+			if (wimm_remaining_ms(deadline) > 0)
+				continue;
+			wimm_ctx_set_provider_error(x->core, -FI_ETIMEDOUT,
 						    "no FI_CONNECTED in time");
 			return WIMM_E_TIMEDOUT;
 		}
 		if (r == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = {0};
-
-			fi_eq_readerr(c->eq, &err, 0);
-			return ofi_err(c->ctx, -err.err, "connection");
+			ofi_eq_error(x);
+			continue;
 		}
 		if (r < 0)
-			return ofi_err(c->ctx, (int)r, "fi_eq_sread");
-		if (event == FI_SHUTDOWN) {
-			wimm_ctx_set_provider_error(c->ctx->core, -FI_ECONNRESET,
-						    "shut down during set-up");
-			return WIMM_E_DISCONNECTED;
-		}
-		if (event != FI_CONNECTED)
-			continue;
-		if (reply) {
-			size_t n = (size_t)r > sizeof(u.e) ? (size_t)r - sizeof(u.e) : 0;
-
-			if (n > *reply_len)
-				return WIMM_E_PROTO;
-			memcpy(reply, u.e.data, n);
-			*reply_len = n;
-		}
-		c->connected = 1;
-		return 0;
+			return ofi_err(x, (int)r, "fi_eq_sread");
+		ofi_eq_dispatch(x, event, &u.e, (size_t)r);
 	}
+	c->cm_reply = NULL;
+	if (c->cm_err == -FI_EMSGSIZE)
+		return WIMM_E_PROTO;
+	if (c->cm_err == -FI_ECONNRESET) {
+		wimm_ctx_set_provider_error(x->core, -FI_ECONNRESET, "shut down during set-up");
+		return WIMM_E_DISCONNECTED;
+	}
+	if (c->cm_err)
+		return ofi_err(x, c->cm_err, "connection");
+	return 0;
 }
 
 static int ofi_msg_connect(struct ofi_conn *c, const char *host, const char *port,
@@ -446,13 +522,14 @@ static int ofi_msg_connect(struct ofi_conn *c, const char *host, const char *por
 	ret = ofi_conn_open_ep(c, c->info);
 	if (ret)
 		return ret;
-	ret = ofi_ctx_track(x);
-	if (ret)
-		return ret;
+	c->cm_reply = reply;
+	c->cm_reply_len = reply_len;
 	ret = fi_connect(c->ep, c->info->dest_addr, hs, hs_len);
-	if (ret)
+	if (ret) {
+		c->cm_reply = NULL;
 		return ofi_err(x, ret, "fi_connect");
-	return ofi_wait_connected(c, deadline, reply, reply_len);
+	}
+	return ofi_wait_connected(c, deadline);
 }
 
 static int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *port,
@@ -490,7 +567,7 @@ static int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *po
 		goto err_close;
 	freeaddrinfo(res);
 	c->sock = fd;
-	if (ofi_epoll_add(x, fd) == 0)
+	if (ofi_epoll_add(x, fd, c, OFI_TAG_SOCK) == 0)
 		c->in_epoll_sock = 1;
 	c->connected = 1;
 	return 0;
@@ -521,34 +598,20 @@ int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 	int ret;
 
 	if (!c->ctx->msg) {
-		ret = ofi_send_frame(c->sock, hs, hs_len, deadline);
-		if (ret)
-			return ofi_errno_err(c->ctx, -ret, "sending handshake",
-					     ofi_sock_code(-ret));
-		c->connected = 1;
+		/* Sent by conn_ready, once the peer is in the lane's AV: its
+		 * first doorbell must find it there (ofi_lane.c). */
+		c->frame = malloc(hs_len ? hs_len : 1);
+		if (!c->frame)
+			return WIMM_E_NOMEM;
+		memcpy(c->frame, hs, hs_len);
+		c->frame_len = hs_len;
+		c->frame_deadline = deadline;
 		return 0;
 	}
 	ret = fi_accept(c->ep, hs, hs_len);
 	if (ret)
 		return ofi_err(c->ctx, ret, "fi_accept");
-	return ofi_wait_connected(c, deadline, NULL, NULL);
-}
-
-/* The process of an shm address ("fi_shm://<pid>:<n>:<n>" or "<pid>:..."),
- * or -1 where the name has no pid in front. */
-static long ofi_addr_pid(const uint8_t *addr, size_t len)
-{
-	char name[WIMM_HS_MAX_ADDR + 1];
-	const char *p = name;
-	char *end;
-	long pid;
-
-	memcpy(name, addr, len);
-	name[len] = '\0';
-	if (!strncmp(p, "fi_shm://", 9))
-		p += 9;
-	pid = strtol(p, &end, 10);
-	return end != p && *end == ':' ? pid : -1;
+	return ofi_wait_connected(c, deadline);
 }
 
 /* shm maps a new peer lazily: the first operation towards it sends our
@@ -577,16 +640,25 @@ int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)
 
 	if (c->ctx->msg)
 		return 0;
-	if (!peer->addr_len) {
+	if (!peer->addr_len || peer->addr_len > OFI_NAME_MAX) {
 		wimm_ctx_set_provider_error(c->ctx->core, 0, "peer sent no endpoint address");
 		return WIMM_E_PROTO;
 	}
-	ret = fi_av_insert(c->av, peer->addr, 1, &c->peer, 0, NULL);
-	if (ret != 1) {
-		c->peer = FI_ADDR_UNSPEC;
-		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
+	ret = ofi_lane_insert(c, peer->addr, peer->addr_len);
+	if (ret)
+		return ret;
+	ret = ofi_conn_post_slots(c);
+	if (ret)
+		return ret;
+	if (c->frame) {
+		ret = ofi_send_frame(c->sock, c->frame, c->frame_len, c->frame_deadline);
+		free(c->frame);
+		c->frame = NULL;
+		if (ret)
+			return ofi_errno_err(c->ctx, -ret, "sending handshake",
+					     ofi_sock_code(-ret));
 	}
-	c->same_proc = ofi_addr_pid(peer->addr, peer->addr_len) == (long)getpid();
+	c->connected = 1;
 	ofi_rdm_kick(c);
 	return 0;
 }

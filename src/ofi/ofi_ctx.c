@@ -58,6 +58,10 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	if (!h)
 		return NULL;
 	h->caps = OFI_CAPS;
+	/* RDM endpoints are shared by the connections of a lane: completions
+	 * are told apart by source, receives aimed at their peer. */
+	if (type == FI_EP_RDM)
+		h->caps |= FI_SOURCE | FI_DIRECTED_RECV;
 	h->mode = 0;
 	h->ep_attr->type = type;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -171,13 +175,14 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	struct fi_cq_attr cqa = {.size = 4, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
 	int ret;
 
-	(void)cq_budget; /* every connection has its own CQ, sized at conn_new */
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return WIMM_E_NOMEM;
 	x->core = ctx;
 	x->epfd = -1;
 	x->timerfd = -1;
+	x->eq_fd = -1;
+	x->cq_budget = cq_budget; /* sizes lanes (RDM); MSG CQs are per connection */
 	if (!spec || !*spec)
 		spec = "tcp";
 	ret = ofi_find(x, spec, &x->info);
@@ -222,14 +227,34 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 
 		x->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		if (x->timerfd < 0 || timerfd_settime(x->timerfd, 0, &its, NULL) ||
-		    ofi_epoll_add(x, x->timerfd)) {
+		    ofi_epoll_add(x, x->timerfd, NULL, OFI_TAG_TIMER)) {
 			ret = ofi_errno_err(x, errno, "timerfd", WIMM_E_PROVIDER);
 			goto err_close_timer;
+		}
+	}
+	if (x->msg) {
+		/* One EQ for the CM events of every connection: an EQ per
+		 * connection was three more descriptors each (tcp's wait set
+		 * and its signal pair) and one more read per control check. */
+		struct fi_eq_attr eqa = {.size = 256, .wait_obj = FI_WAIT_FD};
+
+		ret = fi_eq_open(x->fabric, &eqa, &x->eq, x);
+		if (ret) {
+			ret = ofi_err(x, ret, "fi_eq_open");
+			goto err_close_timer;
+		}
+		ret = fi_control(&x->eq->fid, FI_GETWAIT, &x->eq_fd);
+		if (ret || ofi_epoll_add(x, x->eq_fd, NULL, OFI_TAG_EQ)) {
+			ret = ret ? ofi_err(x, ret, "fi_control FI_GETWAIT eq")
+				  : ofi_errno_err(x, errno, "epoll_ctl (eq)", WIMM_E_PROVIDER);
+			goto err_close_eq;
 		}
 	}
 	*bctx = x;
 	return 0;
 
+err_close_eq:
+	fi_close(&x->eq->fid);
 err_close_timer:
 	if (x->timerfd >= 0)
 		close(x->timerfd);
@@ -256,12 +281,9 @@ static void ofi_ctx_close(void *bctx)
 		return;
 	while (x->conns)
 		ofi_conn_delete(x->conns);
-	while (x->graveyard) {
-		struct ofi_conn *c = x->graveyard;
-
-		x->graveyard = c->next;
-		ofi_conn_free(c);
-	}
+	ofi_lane_close_all(x);
+	if (x->eq)
+		fi_close(&x->eq->fid);
 	if (x->timerfd >= 0)
 		close(x->timerfd);
 	close(x->epfd);
@@ -270,28 +292,39 @@ static void ofi_ctx_close(void *bctx)
 	fi_close(&x->domain->fid);
 	fi_close(&x->fabric->fid);
 	fi_freeinfo(x->info);
+	free(x->tab);
+	free(x->free_idx);
 	free(x->fids);
 	free(x);
 }
 
-/* Rebuild the fid list fi_trywait() checks after a connection came or went. */
-int ofi_ctx_track(struct ofi_ctx *x)
+struct ofi_conn *ofi_conn_lookup(struct ofi_ctx *x, uint32_t idx, uint32_t gen)
 {
-	struct fid **fids;
-	size_t n = 0;
+	struct ofi_conn *c = idx < x->tab_cap ? x->tab[idx] : NULL;
 
-	fids = malloc((2 * (size_t)x->nconns + 1) * sizeof(*fids));
-	if (!fids)
+	return c && c->gen == gen ? c : NULL;
+}
+
+struct ofi_conn *ofi_cookie_conn(struct ofi_ctx *x, const void *k)
+{
+	uint64_t v = (uintptr_t)k;
+
+	return ofi_conn_lookup(x, (uint32_t)(v >> 20) & 0xfffffu, (uint32_t)(v >> 40));
+}
+
+/* Scratch room for n fids (fi_trywait in arm), grown while connections are
+ * made so that arm itself need not allocate. */
+int ofi_fids_reserve(struct ofi_ctx *x, size_t n)
+{
+	struct fid **f;
+
+	if (n <= x->fids_cap)
+		return 0;
+	f = realloc(x->fids, 2 * n * sizeof(*f));
+	if (!f)
 		return WIMM_E_NOMEM;
-	for (struct ofi_conn *c = x->conns; c; c = c->next) {
-		if (c->cq && x->cq_wait_fd)
-			fids[n++] = &c->cq->fid;
-		if (c->eq)
-			fids[n++] = &c->eq->fid;
-	}
-	free(x->fids);
-	x->fids = fids;
-	x->nfids = n;
+	x->fids = f;
+	x->fids_cap = 2 * n;
 	return 0;
 }
 
