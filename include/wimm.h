@@ -30,6 +30,12 @@
 extern "C" {
 #endif
 
+/* libwimm is built with hidden visibility: only what this header declares
+ * is exported (and versioned by the linker script). */
+#if defined(WIMM_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define WIMM_VERSION_MAJOR 0
 #define WIMM_VERSION_MINOR 1
 #define WIMM_VERSION_PATCH 0
@@ -59,7 +65,9 @@ extern "C" {
 	X(BUSY, 19, "object still in use")                                                         \
 	X(NORECV, 20, "peer posts no receive buffers for send-with-imm")                           \
 	X(TRUNC, 21, "message longer than the peer's receive buffer")                              \
-	X(PERM, 22, "region lacks the access this use needs")
+	X(PERM, 22, "region lacks the access this use needs")                                      \
+	X(REFUSED, 23, "the peer refused the connection")                                          \
+	X(OVERDRAFT, 24, "peer posted doorbells beyond its credits")
 
 enum wimm_error {
 	WIMM_OK = 0,
@@ -79,6 +87,7 @@ struct wimm_ctx;      /* a fabric context: device/provider, event queue */
 struct wimm_mr;	      /* a registered memory region */
 struct wimm_listener; /* a passive endpoint accepting connections */
 struct wimm_conn;     /* a reliable connection to one peer */
+struct wimm_request;  /* a connection request waiting for a decision */
 
 /* ---------------------------------------------------------------- context */
 
@@ -92,11 +101,28 @@ enum wimm_ctx_flags {
 	WIMM_CTX_POLLING = 1u << 0,
 };
 
+/* Log levels of the wimm_ctx_attr.log hook. */
+enum wimm_log_level {
+	WIMM_LOG_ERROR = 0, /* a connection was dropped, a resource failed */
+	WIMM_LOG_WARN = 1,  /* something was refused or retried */
+	WIMM_LOG_INFO = 2,  /* connections coming and going */
+	WIMM_LOG_DEBUG = 3,
+};
+
+/* Called from inside wimm calls of the context's thread, with a line of
+ * text (no newline) that says what happened and why. It must not call back
+ * into the context. */
+typedef void (*wimm_log_fn)(void *arg, enum wimm_log_level level, const char *msg);
+
+/* liveness_ms value that turns heartbeats and the silence check off. */
+#define WIMM_LIVENESS_OFF UINT32_MAX
+
 struct wimm_ctx_attr {
 	/* Upper bound on the sum of send depths and receive windows of all
-	 * connections of the context; sizes the completion queue so it cannot
-	 * overrun. 0 = 4096. A connection that would exceed it is refused
-	 * with WIMM_E_AGAIN. */
+	 * connections of the context (each connection needs rx_depth +
+	 * sq_depth + 4 completions). 0 = no fixed bound: the completion queue
+	 * grows as connections come, up to what the device allows. A
+	 * connection that does not fit is refused with WIMM_E_AGAIN. */
 	uint32_t cq_budget;
 	/* Microseconds WIMM_WAIT_ADAPTIVE spins before it sleeps. 0 = 50. */
 	uint32_t spin_us;
@@ -107,6 +133,18 @@ struct wimm_ctx_attr {
 	 * limit (a peer that never polls then stalls the sender, as a TCP
 	 * peer that never reads does). */
 	uint32_t post_wait_ms;
+	/* A peer from which nothing at all (no doorbell, no completion, no
+	 * credit return, no heartbeat) arrived for this long is reported as
+	 * WIMM_EV_DISCONNECT with status WIMM_E_TIMEDOUT, on every fabric,
+	 * also when it died without a word (power loss, cut link). Idle
+	 * connections send a heartbeat every liveness_ms / 4, so both sides
+	 * must call poll or wait at least that often. 0 = 5000;
+	 * WIMM_LIVENESS_OFF: never (only what the transport itself reports). */
+	uint32_t liveness_ms;
+	/* Optional: where the library says why it refused, dropped or timed
+	 * out a connection. NULL: silent. */
+	wimm_log_fn log;
+	void *log_arg;
 };
 
 /* Open a fabric context by URI:
@@ -132,6 +170,9 @@ struct wimm_fabric_limits {
 	size_t inject_size; /* payloads up to this go inline (no source DMA) */
 	uint32_t imm_bytes; /* doorbell size the fabric carries natively */
 	uint32_t max_depth; /* largest send depth / receive window */
+	/* Largest wimm_conn_attr.private_len a connector can send here
+	 * (verbs: what is left of the 56-byte rdma_cm REQ). */
+	uint32_t private_max;
 };
 int wimm_ctx_limits(const struct wimm_ctx *ctx, struct wimm_fabric_limits *out);
 
@@ -176,6 +217,11 @@ struct wimm_conn_attr {
 	uint32_t sq_depth;
 	/* Handed back in every event of the connection. */
 	void *user;
+	/* Connecting side only: a small blob (a client id, a token) the
+	 * accepting side sees in wimm_request_info() before it decides; at
+	 * most wimm_fabric_limits.private_max bytes (else WIMM_E_TOOBIG). */
+	const void *private_data;
+	uint32_t private_len;
 };
 
 /* Listen on "host:port" ("0.0.0.0:7471", "[::1]:7471", ":7471"). attr
@@ -189,21 +235,71 @@ int wimm_listener_port(const struct wimm_listener *l);
 /* Readable when a connection request is pending, for an epoll loop. */
 int wimm_listener_fd(const struct wimm_listener *l);
 
-/* Accept one connection, waiting up to timeout_ms (-1 forever, 0 poll).
+/* Accept one connection with the listener's attributes, waiting up to
+ * timeout_ms (-1 forever, 0 poll) for a request and for the connection to
+ * come up. With timeout 0 the connection may still be completing its
+ * set-up when it is returned: posts on it fail with WIMM_E_AGAIN (or wait
+ * with WIMM_F_WAIT) until a WIMM_EV_ESTABLISHED event says it is usable
+ * (wimm_conn_info().connected). It never blocks the context longer than
+ * timeout_ms; events of other connections that arrive meanwhile are kept.
  * Errors: TIMEDOUT (nothing pending in time; AGAIN for timeout 0), PROTO /
  * VERSION (the request's handshake was bad: it is rejected, the listener
- * stays usable), AGAIN (cq_budget exhausted), PROVIDER. */
+ * stays usable), AGAIN (cq_budget exhausted: the request is rejected with
+ * AGAIN), DISCONNECTED (the connector gave up during set-up), PROVIDER. */
 int wimm_accept(struct wimm_listener *l, int timeout_ms, struct wimm_conn **out);
 
+/* The two-step accept, for a server that decides per connection:
+ * take the next request (its handshake already read and checked: a bad one
+ * is rejected and reported as PROTO / VERSION, as by wimm_accept), look at
+ * who asks, then accept it with attributes of its own (its own window) or
+ * reject it with a reason. wimm_listener_request waits up to timeout_ms
+ * (0: AGAIN when none is complete yet; a slow or silent connector never
+ * blocks it). Requests not decided are rejected by wimm_listener_delete. */
+int wimm_listener_request(struct wimm_listener *l, int timeout_ms, struct wimm_request **out);
+
+struct wimm_request_info {
+	char peer_addr[64];	  /* "host:port" / "[v6]:port" of the connector */
+	const void *private_data; /* its attr.private_data; valid while r lives */
+	uint32_t private_len;
+	uint32_t peer_rx_depth; /* the connector's receive window */
+	size_t peer_window_len; /* what the connector exposes (0: nothing) */
+};
+int wimm_request_info(const struct wimm_request *r, struct wimm_request_info *out);
+
+/* Accept r with attr (NULL: the listener's attributes) and free it; *r is
+ * cleared whatever the result. The connection comes up asynchronously: a
+ * WIMM_EV_ESTABLISHED event follows (or WIMM_EV_DISCONNECT if the set-up
+ * fails). Errors: INVAL, AGAIN (cq_budget), the errors of attr as in
+ * wimm_listen, PROVIDER; on error the request is rejected with that code. */
+int wimm_request_accept(struct wimm_request **r, const struct wimm_conn_attr *attr,
+			struct wimm_conn **out);
+
+/* Reject r and free it; the connector's wimm_connect returns `reason`
+ * (a WIMM_E_* code; anything else becomes WIMM_E_REFUSED), on every
+ * fabric. */
+int wimm_request_reject(struct wimm_request **r, int reason);
+
 /* Connect to "host:port", waiting up to timeout_ms (-1: 10 s). Errors: ADDR,
- * UNREACHABLE (refused / no route), TIMEDOUT, PROTO, VERSION, AGAIN
- * (cq_budget), PROVIDER. */
+ * UNREACHABLE (nothing listens there / no route), TIMEDOUT, PROTO, VERSION,
+ * AGAIN (our cq_budget, or the listener's: it rejected us for that),
+ * REFUSED or the reason the listener's wimm_request_reject gave, TOOBIG
+ * (private_len above private_max), PROVIDER. */
 int wimm_connect(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_attr *attr,
 		 int timeout_ms, struct wimm_conn **out);
 
-/* Close and free a connection. Events of it still queued in the context are
- * dropped, so no event ever names a deleted connection. */
+/* Close and free a connection at once. Operations still in flight are
+ * abandoned (their completions are never reported); events of it still
+ * queued in the context are dropped, so no event ever names a deleted
+ * connection. */
 int wimm_conn_delete(struct wimm_conn **c);
+
+/* Graceful close: wait up to timeout_ms (-1: forever) until every
+ * operation posted on c has completed at the transport (so written bytes
+ * and doorbells have reached the peer), then delete it. Events of other
+ * connections that arrive meanwhile are kept. *c is deleted and cleared in
+ * every case. Returns 0, TIMEDOUT (deleted anyway, with operations still in
+ * flight) or DISCONNECTED (the peer went away first). */
+int wimm_conn_close(struct wimm_conn **c, int timeout_ms);
 
 /* What the peer exposed and what this side may still post. */
 struct wimm_conn_info {
@@ -212,10 +308,44 @@ struct wimm_conn_info {
 	uint32_t peer_rx_depth;	     /* initial credits */
 	uint32_t peer_recv_size;     /* per-buffer bytes for send_imm */
 	uint32_t credits;	     /* doorbells we may post right now */
-	int connected;		     /* 0 once the peer is gone */
+	int connected;		     /* 1 while usable: set up and the peer alive */
+	int establishing;	     /* accepted, waiting for WIMM_EV_ESTABLISHED */
 };
 int wimm_conn_info(const struct wimm_conn *c, struct wimm_conn_info *out);
 void *wimm_conn_user(const struct wimm_conn *c);
+
+/* Counters of one connection since it was made. */
+struct wimm_conn_stats {
+	uint64_t doorbells_in;	  /* write-with-imm / send-with-imm received */
+	uint64_t bytes_in;	  /* their lengths */
+	uint64_t doorbells_out;	  /* write-with-imm / send-with-imm posted */
+	uint64_t bytes_out;	  /* bytes of every posted write, send and read */
+	uint64_t ops_out;	  /* every operation posted */
+	uint64_t credit_stalls;	  /* posts that found no credit (AGAIN or a wait) */
+	uint64_t credit_stall_ns; /* time WIMM_F_WAIT posts waited for credit */
+	uint64_t credit_returns;  /* credit writes sent to the peer */
+	uint64_t heartbeats_out;  /* heartbeats sent */
+	uint64_t heartbeats_in;	  /* heartbeats seen from the peer */
+	uint64_t errors;	  /* WIMM_EV_ERROR events */
+};
+int wimm_conn_stats(const struct wimm_conn *c, struct wimm_conn_stats *out);
+
+/* Counters of a context since it was opened: its connections summed (also
+ * those already deleted), and the connection life cycle. */
+struct wimm_ctx_stats {
+	struct wimm_conn_stats total;
+	uint64_t conns_open;	    /* connections alive now */
+	uint64_t accepted;	    /* connections accepted */
+	uint64_t connected;	    /* connections made by wimm_connect */
+	uint64_t rejected;	    /* requests refused (bad handshake, budget, reject) */
+	uint64_t disconnects;	    /* WIMM_EV_DISCONNECT events */
+	uint64_t dropped_silent;    /* ... of them for silence (liveness_ms) */
+	uint64_t dropped_overdraft; /* ... for doorbells beyond credits */
+	uint64_t events;	    /* events handed to the application */
+	uint32_t cq_capacity;	    /* completions the CQ(s) can hold now */
+	uint32_t cq_reserved;	    /* ... of them reserved by connections */
+};
+int wimm_ctx_stats(const struct wimm_ctx *ctx, struct wimm_ctx_stats *out);
 
 /* ------------------------------------------------------------- operations */
 
@@ -274,12 +404,13 @@ int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t s
 /* ----------------------------------------------------------------- events */
 
 enum wimm_event_type {
-	WIMM_EV_WRITE_IMM = 1,	/* peer's write-with-imm landed: imm, len */
-	WIMM_EV_SEND_IMM = 2,	/* peer's send-with-imm: imm, len, data */
-	WIMM_EV_SEND_DONE = 3,	/* a signaled local operation completed: op, op_seq */
-	WIMM_EV_DISCONNECT = 4, /* the peer closed or died; status says why */
-	WIMM_EV_ERROR = 5,	/* a local operation failed: op, op_seq, status */
-	WIMM_EV_CONNECT = 6,	/* a listener has a pending request: wimm_accept it */
+	WIMM_EV_WRITE_IMM = 1,	 /* peer's write-with-imm landed: imm, len */
+	WIMM_EV_SEND_IMM = 2,	 /* peer's send-with-imm: imm, len, data */
+	WIMM_EV_SEND_DONE = 3,	 /* a signaled local operation completed: op, op_seq */
+	WIMM_EV_DISCONNECT = 4,	 /* the peer closed or died; status says why */
+	WIMM_EV_ERROR = 5,	 /* a local operation failed: op, op_seq, status */
+	WIMM_EV_CONNECT = 6,	 /* a listener has a pending request: wimm_accept it */
+	WIMM_EV_ESTABLISHED = 7, /* an accepted connection is now usable */
 };
 
 struct wimm_event {
@@ -296,7 +427,10 @@ struct wimm_event {
 	/* SEND_DONE / ERROR: number of the operation on its connection,
 	 * counting every successfully posted operation from 0. */
 	uint64_t op_seq;
-	int status;   /* 0 or WIMM_E_* */
+	/* 0 or WIMM_E_*. DISCONNECT: DISCONNECTED (the peer closed or its
+	 * transport failed), TIMEDOUT (silent for liveness_ms), OVERDRAFT
+	 * (it posted beyond its credits: dropped by us), PROVIDER. */
+	int status;
 	int prov_err; /* the provider's code for a failure, e.g. ibv_wc_status */
 };
 
@@ -323,9 +457,13 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 int wimm_progress(struct wimm_ctx *ctx);
 
 /* For an application's own epoll loop: a file descriptor that becomes
- * readable when the context may have events. Before sleeping on it call
- * wimm_ctx_arm(): 0 means armed (safe to sleep), WIMM_E_AGAIN means events
- * are already pending (call wimm_poll first). */
+ * readable when the context may have events (and at least every
+ * liveness_ms / 8 while it has connections, so liveness is checked).
+ * Before sleeping on it call wimm_ctx_arm(): 0 means armed, and then
+ * sleeping on the fd cannot deadlock whatever was polled before (a partial
+ * poll included): arm itself hands consumed receive slots back and sends
+ * due credit returns. WIMM_E_AGAIN means events are already pending or
+ * work is due: call wimm_poll, then arm again. */
 int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd);
 int wimm_ctx_arm(struct wimm_ctx *ctx);
 
@@ -365,6 +503,10 @@ int wimm_imm_field_index(const struct wimm_imm_layout *l, const char *name);
 /* Print the fabrics usable on this machine and their limits (the body of
  * `wimm info`), as text or as one JSON object. */
 int wimm_describe_fabrics(void *file /* FILE * */, int json);
+
+#if defined(WIMM_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

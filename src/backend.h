@@ -18,8 +18,14 @@
  *   completion only after its bytes are visible to the CPU, and never a
  *   completion naming a connection that conn_delete() has freed.
  * - A dead peer surfaces as one WIMM_CQE_CONN_DOWN from poll() (within
- *   about 1 s), never as a hang; outstanding operations then complete with
- *   errors or are dropped with the connection.
+ *   about 1 s where the transport tells), never as a hang; outstanding
+ *   operations then complete with errors or are dropped with the
+ *   connection. Silent deaths are the core's business (heartbeats).
+ * - The control plane (connection requests, CM events, disconnects,
+ *   liveness sockets) is looked at within about a millisecond of a busy
+ *   loop too, not only when poll() comes back empty.
+ * - Nothing blocks beyond the timeout it is given; get_request(0) and
+ *   accept() never block at all.
  * - Provider errors are recorded with wimm_ctx_set_provider_error() before
  *   returning WIMM_E_PROVIDER (or a more precise code).
  * - The hot path (post, poll with completions pending) makes no syscalls
@@ -65,7 +71,7 @@ struct wimm_wr {
 	uint64_t rkey;		    /* remote key (write/read) */
 	uint32_t imm;		    /* host order (WRITE_IMM / SEND_IMM) */
 	int signal;		    /* report success as WIMM_CQE_SEND_DONE */
-	int internal;		    /* core's credit write: may use sq_reserve */
+	int internal;		    /* core's credit / heartbeat write: may use sq_reserve */
 	uint64_t op_seq;	    /* echoed in the completion */
 };
 
@@ -75,6 +81,7 @@ enum wimm_cqe_kind {
 	WIMM_CQE_SEND_DONE,	     /* a signaled op completed: op, op_seq */
 	WIMM_CQE_SEND_ERROR,	     /* an op failed: op, op_seq, status, prov_err */
 	WIMM_CQE_CONN_DOWN,	     /* connection lost: status, prov_err */
+	WIMM_CQE_CONN_UP,	     /* an accepted connection finished its set-up */
 };
 
 struct wimm_cqe {
@@ -107,14 +114,21 @@ struct wimm_backend_ops {
 
 	/* Open the fabric named by `spec` (the URI after "scheme:", may be
 	 * ""). cq_budget: completions that may be outstanding over all
-	 * connections; size the CQ(s) for it. flags: WIMM_CTX_*. Errors:
-	 * NODEV, NOTSUP, PROVIDER. `ctx` is for wimm_ctx_set_provider_error(). */
+	 * connections to begin with (cq_resize grows it); size the CQ(s) for
+	 * it. flags: WIMM_CTX_*. Errors: NODEV, NOTSUP, PROVIDER. `ctx` is
+	 * for wimm_ctx_set_provider_error(). */
 	int (*ctx_open)(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
 			void **bctx);
 	void (*ctx_close)(void *bctx);
 	/* Canonical name of the opened fabric, e.g. "ofi:tcp", "verbs:rxe0". */
 	const char *(*ctx_fabric)(void *bctx);
+	/* private_max: bytes of the connector's handshake message the
+	 * transport can carry (the core subtracts its own handshake). */
 	int (*ctx_limits)(void *bctx, struct wimm_fabric_limits *out);
+	/* Make room for `total` completions outstanding over all connections
+	 * (the core calls it before a connection that needs more is made).
+	 * 0, or AGAIN when the device cannot (with the provider error set). */
+	int (*cq_resize)(void *bctx, uint32_t total);
 	/* Print what this backend can open on this machine (wimm info);
 	 * json: append members to an open JSON array ("first" tracks commas). */
 	int (*describe)(FILE *f, int json, int *first);
@@ -128,14 +142,21 @@ struct wimm_backend_ops {
 	int (*listen)(void *bctx, const char *host, const char *port, void **blis, int *port_out);
 	void (*listener_close)(void *blis);
 	int (*listener_fd)(void *blis);
-	/* Wait up to timeout_ms for a request; return its handshake bytes
-	 * (the peer's, copied into hs; *hs_len is the capacity in and the
-	 * length out, cut to the capacity: the core passes one byte more than
-	 * any valid handshake so that a cut message still reads as too long)
-	 * and a request handle. TIMEDOUT / AGAIN (timeout 0) when none. */
+	/* Wait up to timeout_ms for a request whose handshake has fully
+	 * arrived; return its bytes (the peer's, copied into hs; *hs_len is
+	 * the capacity in and the length out, cut to the capacity: the core
+	 * passes one byte more than any valid handshake so that a cut message
+	 * still reads as too long) and a request handle. TIMEDOUT / AGAIN
+	 * (timeout 0) when none. A connector that sends its handshake slowly
+	 * (or never) is kept aside, never waited for: timeout 0 never blocks.
+	 * The listener fd is readable while anything is pending there. */
 	int (*get_request)(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
-	/* Refuse a request (bad handshake, no budget) and free it. */
-	void (*reject)(void *breq, int why);
+	/* The connector's address as text ("host:port", "[v6]:port"). */
+	int (*request_peer)(void *breq, char *buf, size_t len);
+	/* Refuse a request, handing the connector the core's reject message
+	 * (msg, len bytes: see handshake.h) where the transport can carry it,
+	 * and free the request. */
+	void (*reject)(void *breq, const uint8_t *msg, size_t len);
 
 	/* Create the endpoint of a new connection: from a request (passive
 	 * side) or breq == NULL (active side). Posts rx_depth receive slots. */
@@ -144,14 +165,23 @@ struct wimm_backend_ops {
 	 * name); *len = 0 when none. Goes into the handshake. */
 	int (*conn_addr)(void *bconn, uint8_t *buf, size_t *len);
 	/* Active side: reach host:port, send hs, receive the peer's reply
-	 * bytes into reply/reply_len (capacity in, length out). */
+	 * bytes into reply/reply_len (capacity in, length out). When the
+	 * listener rejected us with a message, copy that message into reply
+	 * and return WIMM_E_REFUSED (the core reads the reason from it);
+	 * UNREACHABLE when nothing listens there. */
 	int (*connect)(void *bconn, const char *host, const char *port, const uint8_t *hs,
 		       size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
-	/* Passive side: complete the request with our handshake bytes. */
-	int (*accept)(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+	/* Passive side: answer the request with our handshake bytes. Never
+	 * blocks: poll() later returns one WIMM_CQE_CONN_UP when the
+	 * connection is usable (or WIMM_CQE_CONN_DOWN if the set-up failed). */
+	int (*accept)(void *bconn, const uint8_t *hs, size_t hs_len);
 	/* Both sides, after the peer's handshake is decoded and checked:
 	 * anything the endpoint needs from it (RDM: insert its address). */
 	int (*conn_ready)(void *bconn, const struct wimm_handshake *peer);
+	/* Cut the transport now (the core drops a misbehaving peer): the
+	 * peer sees a disconnect, nothing it sends lands any more, later posts
+	 * fail with DISCONNECTED; conn_delete still follows. */
+	void (*conn_shutdown)(void *bconn);
 	/* Tear down; completions of it are never returned afterwards. */
 	void (*conn_delete)(void *bconn);
 
@@ -184,6 +214,11 @@ void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char 
 /* Split "host:port" / "[v6]:port" / ":port" into host and port strings.
  * WIMM_E_ADDR when malformed. */
 int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
+
+/* "host:port" / "[v6]:port" of a socket address (numeric); WIMM_E_ADDR for
+ * a family other than IPv4/IPv6. */
+struct sockaddr;
+int wimm_sockaddr_text(const struct sockaddr *sa, char *buf, size_t len);
 
 /* Monotonic clocks. wimm_coarse_ns is for "about a millisecond" checks on
  * hot paths: CLOCK_MONOTONIC costs a system call and a device read on

@@ -325,6 +325,7 @@ static int fetch_events(struct endpoint *ep, int wait)
 			break;
 		case WIMM_EV_CONNECT:
 			/* One client per run; later requests are ignored. */
+		case WIMM_EV_ESTABLISHED:
 			break;
 		case WIMM_EV_WRITE_IMM:
 		case WIMM_EV_SEND_IMM:

@@ -75,6 +75,8 @@ static const char *event_name(enum wimm_event_type type)
 		return "error";
 	case WIMM_EV_CONNECT:
 		return "connect";
+	case WIMM_EV_ESTABLISHED:
+		return "established";
 	}
 	return "unknown";
 }

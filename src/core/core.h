@@ -8,6 +8,18 @@
 
 /* ctx.c */
 const struct wimm_backend_ops *wimm_ctx_ops(const struct wimm_ctx *ctx);
+/* Say why through the context's log hook (no-op without one). */
+void wimm_ctx_log(struct wimm_ctx *ctx, enum wimm_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Queue an event behind those already queued (NOMEM when it cannot grow). */
+int wimm_ctx_push_event(struct wimm_ctx *ctx, const struct wimm_event *ev);
+uint32_t wimm_ctx_liveness_ms(const struct wimm_ctx *ctx);
+/* The context's counters, for the modules that count. */
+struct wimm_ctx_stats *wimm_ctx_counters(struct wimm_ctx *ctx);
+/* Drive the backend until cond(arg) holds, the deadline passes (then
+ * TIMEDOUT) or an error; events found meanwhile are kept. */
+int wimm_ctx_progress_until(struct wimm_ctx *ctx, int (*cond)(void *arg), void *arg,
+			    int64_t deadline_ms);
 void *wimm_ctx_bctx(const struct wimm_ctx *ctx);
 void wimm_ctx_count_object(struct wimm_ctx *ctx, int delta);
 /* Reserve / give back completion-queue room for a connection. */
@@ -35,23 +47,48 @@ void wimm_mr_expose(struct wimm_mr *mr, int delta);
 /* conn.c: called by the ctx while it turns completions into events. */
 struct wimm_conn *wimm_conn_next(struct wimm_conn *c);
 void wimm_conn_set_next(struct wimm_conn *c, struct wimm_conn *next);
-void wimm_conn_on_down(struct wimm_conn *c);
+/* Turn one completion of c into events: returns 1 with *ev to deliver
+ * (after whatever it queued itself with wimm_ctx_push_event), 0 if none,
+ * or NOMEM. now_ns: the coarse clock of this pass. */
+int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_event *ev,
+		     int64_t now_ns);
+/* Heartbeats and the silence check; called every liveness_ms / 8. */
+void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns);
 /* The application saw a doorbell of c. */
 void wimm_conn_on_delivered(struct wimm_conn *c);
+/* Fold c's counters into the context's (when c is deleted). */
+void wimm_conn_add_stats(const struct wimm_conn *c, struct wimm_conn_stats *sum);
 /* Hand back slots of doorbells the application has seen and return credits
  * when a batch is due. */
 int wimm_conn_release(struct wimm_conn *c);
 /* After wimm_conn_release(): 1 if c still has work and stays queued. */
 int wimm_conn_keep_queued(struct wimm_conn *c);
-int wimm_conn_is_down_reported(struct wimm_conn *c);
+/* 1 while a credit return could not be posted yet (arm must not sleep). */
+int wimm_conn_return_due(const struct wimm_conn *c);
 
 /* listener.c */
 const struct wimm_conn_attr *wimm_listener_attr(const struct wimm_listener *l);
 struct wimm_ctx *wimm_listener_ctx(const struct wimm_listener *l);
 void *wimm_listener_blis(const struct wimm_listener *l);
+/* Requests taken and not decided, rejected when the listener goes. */
+void wimm_listener_track(struct wimm_listener *l, struct wimm_request *r, int add);
 
-/* conn.c: accept path used by listener.c */
-int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const uint8_t *hs, size_t hs_len,
-			     int timeout_ms, struct wimm_conn **out);
+/* request.c */
+/* Reject a backend request with the core's reject message. */
+void wimm_request_refuse(struct wimm_ctx *ctx, void *breq, int reason);
+/* Reject and free a request the listener still tracks (listener delete). */
+void wimm_request_drop(struct wimm_request *r);
+struct wimm_request *wimm_request_next(struct wimm_request *r);
+void wimm_request_set_next(struct wimm_request *r, struct wimm_request *next);
+
+/* conn.c: the accepting side. The peer's handshake is decoded; the
+ * connection is answered and comes up asynchronously (announce: raise
+ * WIMM_EV_ESTABLISHED when it does). On failure the request is rejected. */
+int wimm_conn_accept_request(struct wimm_listener *l, void *breq, const struct wimm_handshake *peer,
+			     const struct wimm_conn_attr *attr, int announce,
+			     struct wimm_conn **out);
+/* 1 once c is up, also when it failed (then *failed set). */
+int wimm_conn_settled(const struct wimm_conn *c, int *failed);
+void wimm_conn_set_announce(struct wimm_conn *c, int announce);
 
 #endif

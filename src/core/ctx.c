@@ -1,8 +1,10 @@
 /* The context: one backend instance, its event backlog and the wait modes. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,21 +21,39 @@ const struct wimm_backend_ops *const wimm_backends[] = {
 };
 
 #define CQE_BATCH 32
-#define DEFAULT_CQ_BUDGET 4096
+/* Completions the CQ is first sized for when cq_budget is 0 (it grows). */
+#define INITIAL_CQ_CAPACITY 1024
 #define DEFAULT_SPIN_US 50
-/* Listener readiness is looked at in poll() at most this often. */
+#define DEFAULT_LIVENESS_MS 5000
+/* Listener readiness is looked at in poll() this often, busy or idle. */
 #define LISTENER_CHECK_NS 1000000
+/* With liveness off, ticks still time out connections stuck in set-up. */
+#define TICK_OFF_NS 1000000000LL
+#define TICK_MIN_NS 10000000LL
 /* A spinning wait reads the clock once per this many empty polls. */
 #define WAIT_POLLS_PER_CLOCK 8
+
+/* epoll tags: NULL is the backend's fd, a listener is itself. */
+static char timer_tag;
 
 struct wimm_ctx {
 	const struct wimm_backend_ops *ops;
 	void *bctx;
 	char fabric[64];
-	uint32_t cq_budget;
+	uint32_t cq_budget; /* 0: none, grow on demand */
+	uint32_t cq_capacity;
 	uint32_t cq_used;
 	uint32_t spin_us;
 	uint32_t post_wait_ms;
+	uint32_t liveness_ms;
+	wimm_log_fn log;
+	void *log_arg;
+	struct wimm_ctx_stats st;
+	/* Liveness ticks: heartbeats, silence and set-up timeouts. The timer
+	 * wakes sleepers (own epoll loops too) while there are connections. */
+	int timerfd;
+	int timer_armed;
+	int64_t tick_ns, next_tick_ns;
 	int objects; /* regions, listeners, connections still alive */
 	int prov_err;
 	char prov_text[256];
@@ -50,6 +70,42 @@ struct wimm_ctx {
 	int listeners;
 	int64_t next_listener_check_ns;
 };
+
+void wimm_ctx_log(struct wimm_ctx *ctx, enum wimm_log_level level, const char *fmt, ...)
+{
+	char line[320];
+	va_list ap;
+
+	if (!ctx || !ctx->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	ctx->log(ctx->log_arg, level, line);
+}
+
+uint32_t wimm_ctx_liveness_ms(const struct wimm_ctx *ctx)
+{
+	return ctx->liveness_ms;
+}
+
+struct wimm_ctx_stats *wimm_ctx_counters(struct wimm_ctx *ctx)
+{
+	return &ctx->st;
+}
+
+int wimm_ctx_stats(const struct wimm_ctx *ctx, struct wimm_ctx_stats *out)
+{
+	if (!ctx || !out)
+		return WIMM_E_INVAL;
+	*out = ctx->st;
+	/* The live connections' counters on top of those already deleted. */
+	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
+		wimm_conn_add_stats(c, &out->total);
+	out->cq_capacity = ctx->cq_capacity;
+	out->cq_reserved = ctx->cq_used;
+	return 0;
+}
 
 /* Failures before a context exists (ctx_open) keep the provider's error
  * here, per thread; wimm_provider_error(NULL, ...) reads it. */
@@ -108,6 +164,11 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 	*out = NULL;
 	if (!uri || (attr && (attr->flags & ~WIMM_CTX_POLLING)))
 		return WIMM_E_INVAL;
+	if (attr && attr->liveness_ms != 0 && attr->liveness_ms != WIMM_LIVENESS_OFF &&
+	    attr->liveness_ms < 100) {
+		wimm_ctx_set_provider_error(NULL, 0, "liveness_ms below 100 ms");
+		return WIMM_E_INVAL;
+	}
 	if (strcmp(uri, "auto") == 0) {
 		resolve_auto(resolved, sizeof(resolved));
 		uri = resolved;
@@ -129,20 +190,32 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 	if (!ctx)
 		return WIMM_E_NOMEM;
 	ctx->ops = ops;
-	ctx->cq_budget = attr && attr->cq_budget ? attr->cq_budget : DEFAULT_CQ_BUDGET;
+	ctx->cq_budget = attr ? attr->cq_budget : 0;
+	ctx->cq_capacity = ctx->cq_budget ? ctx->cq_budget : INITIAL_CQ_CAPACITY;
 	ctx->spin_us = attr && attr->spin_us ? attr->spin_us : DEFAULT_SPIN_US;
 	ctx->post_wait_ms = attr ? attr->post_wait_ms : 0;
+	ctx->liveness_ms = attr && attr->liveness_ms ? attr->liveness_ms : DEFAULT_LIVENESS_MS;
+	ctx->log = attr ? attr->log : NULL;
+	ctx->log_arg = attr ? attr->log_arg : NULL;
+	ctx->tick_ns = ctx->liveness_ms == WIMM_LIVENESS_OFF
+			   ? TICK_OFF_NS
+			   : (int64_t)ctx->liveness_ms * 1000000 / 8;
+	if (ctx->tick_ns < TICK_MIN_NS)
+		ctx->tick_ns = TICK_MIN_NS;
 	ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (ctx->epfd < 0) {
+	ctx->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &timer_tag};
+	if (ctx->epfd < 0 || ctx->timerfd < 0 ||
+	    epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->timerfd, &tev)) {
 		wimm_ctx_set_provider_error(NULL, errno, strerror(errno));
 		ret = WIMM_E_PROVIDER;
-		goto err_free_ctx;
+		goto err_close_fds;
 	}
 	/* The backend records its errors on ctx; copy them out on failure. */
-	ret = ops->ctx_open(ctx, spec, ctx->cq_budget, attr ? attr->flags : 0, &ctx->bctx);
+	ret = ops->ctx_open(ctx, spec, ctx->cq_capacity, attr ? attr->flags : 0, &ctx->bctx);
 	if (ret) {
 		wimm_ctx_set_provider_error(NULL, ctx->prov_err, ctx->prov_text);
-		goto err_close_epoll;
+		goto err_close_fds;
 	}
 	int bfd = ops->fd(ctx->bctx);
 	if (bfd >= 0) {
@@ -159,9 +232,11 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 
 err_close_backend:
 	ops->ctx_close(ctx->bctx);
-err_close_epoll:
-	close(ctx->epfd);
-err_free_ctx:
+err_close_fds:
+	if (ctx->timerfd >= 0)
+		close(ctx->timerfd);
+	if (ctx->epfd >= 0)
+		close(ctx->epfd);
 	free(ctx);
 	return ret;
 }
@@ -174,6 +249,7 @@ int wimm_ctx_close(struct wimm_ctx **pctx)
 	if (ctx->objects > 0)
 		return WIMM_E_BUSY;
 	ctx->ops->ctx_close(ctx->bctx);
+	close(ctx->timerfd);
 	close(ctx->epfd);
 	free(ctx->backlog);
 	free(ctx->rel);
@@ -191,7 +267,21 @@ int wimm_ctx_limits(const struct wimm_ctx *ctx, struct wimm_fabric_limits *out)
 {
 	if (!ctx || !out)
 		return WIMM_E_INVAL;
-	return ctx->ops->ctx_limits(ctx->bctx, out);
+	int ret = ctx->ops->ctx_limits(ctx->bctx, out);
+	if (ret)
+		return ret;
+	/* The backend says what its connect message carries; the handshake
+	 * (with the longest transport address) takes the rest. */
+	uint32_t cap = out->private_max, used = WIMM_HS_FIXED_LEN + WIMM_HS_MAX_ADDR;
+	if (cap <= WIMM_HS_FIXED_LEN)
+		out->private_max = 0;
+	else if (cap < used + WIMM_HS_MAX_PRIVATE)
+		out->private_max = cap - WIMM_HS_FIXED_LEN < WIMM_HS_MAX_PRIVATE
+				       ? cap - WIMM_HS_FIXED_LEN
+				       : WIMM_HS_MAX_PRIVATE;
+	else
+		out->private_max = WIMM_HS_MAX_PRIVATE;
+	return 0;
 }
 
 const struct wimm_backend_ops *wimm_ctx_ops(const struct wimm_ctx *ctx)
@@ -221,18 +311,57 @@ void wimm_ctx_count_object(struct wimm_ctx *ctx, int delta)
 
 int wimm_ctx_cq_reserve(struct wimm_ctx *ctx, uint32_t n)
 {
-	if (n > ctx->cq_budget - ctx->cq_used) {
+	if (ctx->cq_budget && n > ctx->cq_budget - ctx->cq_used) {
 		wimm_ctx_set_provider_error(ctx, 0,
 					    "connection would exceed the context's cq_budget");
+		wimm_ctx_log(ctx, WIMM_LOG_WARN, "connection refused: cq_budget %u exhausted",
+			     ctx->cq_budget);
 		return WIMM_E_AGAIN;
 	}
-	ctx->cq_used += n;
+	if (n > UINT32_MAX / 2 - ctx->cq_used)
+		return WIMM_E_AGAIN;
+	uint32_t need = ctx->cq_used + n;
+	if (need > ctx->cq_capacity) {
+		/* Grow by doubling (fewer resizes), or to exactly what is needed
+		 * when the device cannot double. */
+		uint32_t want = ctx->cq_capacity * 2 > need ? ctx->cq_capacity * 2 : need;
+		int ret = ctx->ops->cq_resize(ctx->bctx, want);
+		if (ret && want != need) {
+			want = need;
+			ret = ctx->ops->cq_resize(ctx->bctx, want);
+		}
+		if (ret) {
+			wimm_ctx_log(ctx, WIMM_LOG_WARN,
+				     "connection refused: the completion queue cannot grow to %u",
+				     need);
+			return WIMM_E_AGAIN;
+		}
+		ctx->cq_capacity = want;
+	}
+	ctx->cq_used = need;
 	return 0;
 }
 
 void wimm_ctx_cq_unreserve(struct wimm_ctx *ctx, uint32_t n)
 {
 	ctx->cq_used -= n;
+}
+
+/* The liveness timer runs while the context has connections. */
+static void timer_set(struct wimm_ctx *ctx, int on)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+
+	if (on == ctx->timer_armed)
+		return;
+	if (on) {
+		its.it_interval.tv_sec = ctx->tick_ns / 1000000000;
+		its.it_interval.tv_nsec = ctx->tick_ns % 1000000000;
+		its.it_value = its.it_interval;
+		ctx->next_tick_ns = wimm_coarse_ns() + ctx->tick_ns;
+	}
+	if (timerfd_settime(ctx->timerfd, 0, &its, NULL) == 0)
+		ctx->timer_armed = on;
 }
 
 int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
@@ -250,6 +379,7 @@ int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 		wimm_conn_set_next(c, ctx->conns);
 		ctx->conns = c;
 		ctx->nconns++;
+		timer_set(ctx, 1);
 		return 0;
 	}
 	for (uint32_t i = 0; i < ctx->rel_n; i++) {
@@ -267,8 +397,10 @@ int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 		else
 			ctx->conns = wimm_conn_next(it);
 		ctx->nconns--;
-		return 0;
+		break;
 	}
+	if (ctx->nconns == 0)
+		timer_set(ctx, 0);
 	return 0;
 }
 
@@ -311,6 +443,15 @@ static void backlog_push(struct wimm_ctx *ctx, const struct wimm_event *ev)
 	ctx->bl_count++;
 }
 
+int wimm_ctx_push_event(struct wimm_ctx *ctx, const struct wimm_event *ev)
+{
+	int ret = backlog_reserve(ctx, 1);
+	if (ret)
+		return ret;
+	backlog_push(ctx, ev);
+	return 0;
+}
+
 /* Move queued events into ev[got..n); returns the new count. */
 static int backlog_take(struct wimm_ctx *ctx, struct wimm_event *ev, int got, int n)
 {
@@ -336,52 +477,11 @@ void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c)
 	ctx->bl_count = kept;
 }
 
-/* Turn one backend completion into an event; returns 1 if it made one. */
-static int cqe_to_event(const struct wimm_cqe *q, struct wimm_event *ev)
-{
-	memset(ev, 0, sizeof(*ev));
-	ev->conn = q->conn;
-	ev->user = wimm_conn_user(q->conn);
-	ev->imm = q->imm;
-	ev->len = q->len;
-	ev->op = q->op;
-	ev->op_seq = q->op_seq;
-	ev->status = q->status;
-	ev->prov_err = q->prov_err;
-	switch (q->kind) {
-	case WIMM_CQE_RECV_WRITE_IMM:
-		ev->type = WIMM_EV_WRITE_IMM;
-		return 1;
-	case WIMM_CQE_RECV_SEND_IMM:
-		ev->type = WIMM_EV_SEND_IMM;
-		ev->data = q->data;
-		return 1;
-	case WIMM_CQE_SEND_DONE:
-		ev->type = WIMM_EV_SEND_DONE;
-		return 1;
-	case WIMM_CQE_SEND_ERROR:
-		/* A failed credit write is the connection's failure, which
-		 * comes as its own CONN_DOWN; it is no operation of the user's. */
-		if (q->internal)
-			return 0;
-		ev->type = WIMM_EV_ERROR;
-		return 1;
-	case WIMM_CQE_CONN_DOWN:
-		if (wimm_conn_is_down_reported(q->conn))
-			return 0;
-		wimm_conn_on_down(q->conn);
-		ev->type = WIMM_EV_DISCONNECT;
-		ev->status = q->status ? q->status : WIMM_E_DISCONNECTED;
-		return 1;
-	}
-	return 0;
-}
-
 /* One pass over the backend; completions go straight to `out` while there
- * is room there (the common case, no copy through the backlog), the rest to
- * the backlog. Returns events stored in out, or a negative error. Inlined:
- * an empty poll is a chain of calls, and each one costs (a lot under
- * emulation, as in a TCG guest). */
+ * is room there and nothing is queued before them (the common case, no
+ * copy through the backlog), the rest to the backlog. Returns events stored
+ * in out, or a negative error. Inlined: an empty poll is a chain of calls,
+ * and each one costs (a lot under emulation, as in a TCG guest). */
 static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *ctx,
 							      struct wimm_event *out, int room)
 {
@@ -392,16 +492,17 @@ static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *c
 	if (n)
 		return n;
 	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
-	if (n < 0)
+	if (n <= 0)
 		return n;
+	int64_t now = wimm_coarse_ns();
 	for (int i = 0; i < n; i++) {
 		struct wimm_event ev;
-		if (!cqe_to_event(&cqe[i], &ev))
+		if (!wimm_conn_on_cqe(cqe[i].conn, &cqe[i], &ev, now))
 			continue;
 		if (stored < room && ctx->bl_count == 0)
 			out[stored++] = ev;
-		else
-			backlog_push(ctx, &ev);
+		else if (wimm_ctx_push_event(ctx, &ev))
+			return stored ? stored : WIMM_E_NOMEM;
 	}
 	return stored;
 }
@@ -420,8 +521,9 @@ int wimm_progress(struct wimm_ctx *ctx)
 }
 
 /* Doorbells handed to the application free their slots at its next poll. */
-static void account_delivered(struct wimm_event *ev, int n)
+static void account_delivered(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
+	ctx->st.events += (uint64_t)n;
 	for (int i = 0; i < n; i++)
 		if (ev[i].type == WIMM_EV_WRITE_IMM || ev[i].type == WIMM_EV_SEND_IMM)
 			wimm_conn_on_delivered(ev[i].conn);
@@ -446,12 +548,40 @@ static int release_slots(struct wimm_ctx *ctx)
 	return 0;
 }
 
-static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, int force);
+/* Heartbeats, silence and set-up timeouts, every tick_ns. */
+static void liveness_tick(struct wimm_ctx *ctx, int64_t now)
+{
+	if (now < ctx->next_tick_ns || !ctx->conns)
+		return;
+	ctx->next_tick_ns = now + ctx->tick_ns;
+	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
+		wimm_conn_tick(c, now);
+}
+
+static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n);
+
+/* The clock-driven work of a poll, looked at every millisecond whether or
+ * not completions keep coming: connection requests (CONNECT first, so a
+ * stream on one connection cannot starve a newcomer) and liveness. */
+static int control_plane(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
+{
+	int64_t t = wimm_coarse_ns();
+	int got = 0;
+
+	if (t < ctx->next_listener_check_ns)
+		return 0;
+	ctx->next_listener_check_ns = t + LISTENER_CHECK_NS;
+	if (ctx->listeners > 0)
+		got = listener_events(ctx, ev, n);
+	liveness_tick(ctx, t);
+	return got;
+}
 
 static int poll_once(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
-	int got = backlog_take(ctx, ev, 0, n);
+	int got = control_plane(ctx, ev, n);
 
+	got = backlog_take(ctx, ev, got, n);
 	if (got < n) {
 		int k = backend_pass(ctx, ev + got, n - got);
 		if (k < 0)
@@ -459,9 +589,7 @@ static int poll_once(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 		/* backend_pass may have queued more than fitted. */
 		got = backlog_take(ctx, ev, got + k, n);
 	}
-	if (got == 0 && ctx->listeners > 0)
-		got = listener_events(ctx, ev, n, 0);
-	account_delivered(ev, got);
+	account_delivered(ctx, ev, got);
 	return got;
 }
 
@@ -473,6 +601,29 @@ int wimm_poll(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 	if (ret)
 		return ret;
 	return poll_once(ctx, ev, n);
+}
+
+int wimm_ctx_progress_until(struct wimm_ctx *ctx, int (*cond)(void *arg), void *arg,
+			    int64_t deadline_ms)
+{
+	struct timespec nap = {0, 20000};
+
+	for (unsigned i = 0;; i++) {
+		int ret = release_slots(ctx);
+		if (ret)
+			return ret;
+		ret = wimm_ctx_progress_into_backlog(ctx);
+		if (ret)
+			return ret;
+		liveness_tick(ctx, wimm_coarse_ns());
+		if (cond && cond(arg))
+			return 0;
+		if (wimm_now_ms() >= deadline_ms)
+			return WIMM_E_TIMEDOUT;
+		/* Spin a little, then nap: set-up takes a round trip or more. */
+		if (i > 64)
+			nanosleep(&nap, NULL);
+	}
 }
 
 /* ------------------------------------------------------------- listeners */
@@ -494,20 +645,15 @@ int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int f
 	return 0;
 }
 
-/* Level-triggered CONNECT events for listeners with a pending request,
- * looked at no more than once per LISTENER_CHECK_NS unless forced. */
-static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n, int force)
+/* Level-triggered CONNECT events for listeners with a pending request. */
+static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
 	struct epoll_event ready[8];
 	int got = 0;
 
-	int64_t t = wimm_coarse_ns();
-	if (!force && t < ctx->next_listener_check_ns)
-		return 0;
-	ctx->next_listener_check_ns = t + LISTENER_CHECK_NS;
 	int k = epoll_wait(ctx->epfd, ready, 8, 0);
 	for (int i = 0; i < k && got < n; i++) {
-		if (!ready[i].data.ptr)
+		if (!ready[i].data.ptr || ready[i].data.ptr == &timer_tag)
 			continue;
 		memset(&ev[got], 0, sizeof(ev[got]));
 		ev[got].type = WIMM_EV_CONNECT;
@@ -529,10 +675,29 @@ int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd)
 
 int wimm_ctx_arm(struct wimm_ctx *ctx)
 {
+	uint64_t ticks;
+
 	if (!ctx)
 		return WIMM_E_INVAL;
+	/* Whatever the caller polled before, what we owe the peers goes out
+	 * now: slots back to the receive queues, credit returns. A sleeper
+	 * whose peer waits for credit would otherwise wait for ever. */
+	int ret = release_slots(ctx);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < ctx->rel_n; i++)
+		if (wimm_conn_return_due(ctx->rel[i]))
+			return WIMM_E_AGAIN;
 	if (ctx->bl_count > 0)
 		return WIMM_E_AGAIN;
+	/* The tick wakes the sleeper; a tick already due is work now. */
+	while (read(ctx->timerfd, &ticks, sizeof(ticks)) > 0)
+		;
+	int64_t t = wimm_coarse_ns();
+	if (ctx->conns && t >= ctx->next_tick_ns) {
+		ctx->next_listener_check_ns = 0;
+		return WIMM_E_AGAIN;
+	}
 	return ctx->ops->arm(ctx->bctx);
 }
 
@@ -553,7 +718,7 @@ static int ctx_block(struct wimm_ctx *ctx, int timeout_ms)
 		wimm_ctx_set_provider_error(ctx, errno, strerror(errno));
 		return WIMM_E_PROVIDER;
 	}
-	/* A listener woke us: let the next pass report it at once. */
+	/* A listener or the tick woke us: let the next pass look at once. */
 	for (int i = 0; i < k; i++)
 		if (ready[i].data.ptr)
 			ctx->next_listener_check_ns = 0;
@@ -573,7 +738,8 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 	if (mode == WIMM_WAIT_SPIN && timeout_ms < 0) {
 		int got;
 		while ((got = poll_once(ctx, ev, n)) == 0)
-			;
+			if ((ret = release_slots(ctx)))
+				return ret;
 		return got;
 	}
 	int64_t start = wimm_now_ns();
@@ -587,6 +753,11 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 		/* Timeout 0 is documented as one look, not a short spin. */
 		if (got != 0 || timeout_ms == 0)
 			return got;
+		/* Every turn: a credit return that found the send queue full
+		 * is retried, so a waiting peer is never left waiting. */
+		ret = release_slots(ctx);
+		if (ret)
+			return ret;
 		/* An empty poll is cheap, a precise clock need not be (a
 		 * system call on some clocksources): look at it now and then. */
 		if (spinning && empty % WAIT_POLLS_PER_CLOCK != 0)
@@ -602,11 +773,6 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 		ret = ctx_block(ctx, left_ms < 0 || left_ms > 1000 ? 1000 : (int)left_ms);
 		if (ret)
 			return ret;
-		if (ctx->listeners > 0) {
-			got = listener_events(ctx, ev, n, 1);
-			if (got)
-				return got;
-		}
 	}
 }
 

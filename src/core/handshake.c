@@ -52,7 +52,7 @@ static int hs_fields_valid(const struct wimm_handshake *hs)
 		return 0;
 	if (hs->window_addr > UINT64_MAX - hs->window_len)
 		return 0;
-	if (hs->addr_len > WIMM_HS_MAX_ADDR)
+	if (hs->addr_len > WIMM_HS_MAX_ADDR || hs->priv_len > WIMM_HS_MAX_PRIVATE)
 		return 0;
 	return 1;
 }
@@ -61,7 +61,7 @@ int wimm_hs_encode(const struct wimm_handshake *hs, uint8_t *buf, size_t cap)
 {
 	if (!hs || !buf || hs->version != WIMM_HS_VERSION || !hs_fields_valid(hs))
 		return WIMM_E_INVAL;
-	size_t len = WIMM_HS_FIXED_LEN + hs->addr_len;
+	size_t len = WIMM_HS_FIXED_LEN + hs->addr_len + hs->priv_len;
 	if (cap < len)
 		return WIMM_E_NOMEM;
 
@@ -76,8 +76,9 @@ int wimm_hs_encode(const struct wimm_handshake *hs, uint8_t *buf, size_t cap)
 	put64(buf + 36, hs->credit_addr);
 	put64(buf + 44, hs->credit_key);
 	put16(buf + 52, hs->addr_len);
-	put16(buf + 54, 0);
+	put16(buf + 54, hs->priv_len);
 	memcpy(buf + WIMM_HS_FIXED_LEN, hs->addr, hs->addr_len);
+	memcpy(buf + WIMM_HS_FIXED_LEN + hs->addr_len, hs->priv, hs->priv_len);
 	return (int)len;
 }
 
@@ -107,11 +108,39 @@ int wimm_hs_decode(const uint8_t *buf, size_t len, struct wimm_handshake *out)
 	hs.credit_addr = get64(buf + 36);
 	hs.credit_key = get64(buf + 44);
 	hs.addr_len = get16(buf + 52);
-	if (get16(buf + 54) != 0)
-		return WIMM_E_PROTO;
-	if (!hs_fields_valid(&hs) || len != WIMM_HS_FIXED_LEN + (size_t)hs.addr_len)
+	hs.priv_len = get16(buf + 54);
+	if (!hs_fields_valid(&hs) ||
+	    len != WIMM_HS_FIXED_LEN + (size_t)hs.addr_len + (size_t)hs.priv_len)
 		return WIMM_E_PROTO;
 	memcpy(hs.addr, buf + WIMM_HS_FIXED_LEN, hs.addr_len);
+	memcpy(hs.priv, buf + WIMM_HS_FIXED_LEN + hs.addr_len, hs.priv_len);
 	*out = hs;
 	return 0;
+}
+
+size_t wimm_hs_wire_len(const uint8_t *buf, size_t len)
+{
+	if (!buf || len < WIMM_HS_FIXED_LEN)
+		return len;
+	size_t want = WIMM_HS_FIXED_LEN + (size_t)get16(buf + 52) + (size_t)get16(buf + 54);
+	return want < len ? want : len;
+}
+
+void wimm_hs_encode_reject(int reason, uint8_t *buf)
+{
+	put32(buf, WIMM_HS_REJECT_MAGIC);
+	put32(buf + 4, (uint32_t)reason);
+}
+
+int wimm_hs_decode_reject(const uint8_t *buf, size_t len, int *reason)
+{
+	if (!buf || len < WIMM_HS_REJECT_LEN || get32(buf) != WIMM_HS_REJECT_MAGIC)
+		return 0;
+	int why = (int)(int32_t)get32(buf + 4);
+	/* Only codes of the error table pass through: a peer's garbage
+	 * must not turn into success or an unknown value. */
+	if (why >= 0 || strcmp(wimm_strerror(why), "unknown error") == 0)
+		why = WIMM_E_REFUSED;
+	*reason = why;
+	return 1;
 }

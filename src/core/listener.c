@@ -10,6 +10,7 @@ struct wimm_listener {
 	struct wimm_conn_attr attr;
 	int port;
 	int fd;
+	struct wimm_request *requests; /* taken, not yet decided */
 };
 
 int wimm_listen(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_attr *attr,
@@ -61,6 +62,11 @@ int wimm_listener_delete(struct wimm_listener **pl)
 	if (!pl || !*pl)
 		return 0;
 	struct wimm_listener *l = *pl;
+	while (l->requests) {
+		struct wimm_request *r = l->requests;
+		l->requests = wimm_request_next(r);
+		wimm_request_drop(r);
+	}
 	wimm_ctx_watch_listener(l->ctx, l, l->fd, 0);
 	wimm_ctx_ops(l->ctx)->listener_close(l->blis);
 	if (l->attr.window)
@@ -96,21 +102,22 @@ void *wimm_listener_blis(const struct wimm_listener *l)
 	return l->blis;
 }
 
-int wimm_accept(struct wimm_listener *l, int timeout_ms, struct wimm_conn **out)
+void wimm_listener_track(struct wimm_listener *l, struct wimm_request *r, int add)
 {
-	/* One byte more than any valid handshake: a longer message, cut to
-	 * this buffer, still reads as too long to the decoder. */
-	uint8_t hs[WIMM_HS_MAX_LEN + 1];
-	size_t hs_len = sizeof(hs);
-	void *breq = NULL;
-
-	if (!out)
-		return WIMM_E_INVAL;
-	*out = NULL;
-	if (!l)
-		return WIMM_E_INVAL;
-	int ret = wimm_ctx_ops(l->ctx)->get_request(l->blis, timeout_ms, &breq, hs, &hs_len);
-	if (ret)
-		return ret;
-	return wimm_conn_accept_request(l, breq, hs, hs_len, timeout_ms, out);
+	if (add) {
+		wimm_request_set_next(r, l->requests);
+		l->requests = r;
+		return;
+	}
+	struct wimm_request *prev = NULL;
+	for (struct wimm_request *it = l->requests; it; prev = it, it = wimm_request_next(it)) {
+		if (it != r)
+			continue;
+		if (prev)
+			wimm_request_set_next(prev, wimm_request_next(it));
+		else
+			l->requests = wimm_request_next(it);
+		wimm_request_set_next(r, NULL);
+		return;
+	}
 }

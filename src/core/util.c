@@ -1,5 +1,8 @@
 /* Small helpers shared by the core and the backends. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <time.h>
 
@@ -83,4 +86,26 @@ int wimm_split_hostport(const char *addr, char *host, size_t host_len, char *por
 	if (copy_part(host, host_len, h, hn) || copy_part(port, port_len, p, pn))
 		return WIMM_E_ADDR;
 	return 0;
+}
+
+int wimm_sockaddr_text(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+
+	if (!sa || !buf || !len)
+		return WIMM_E_INVAL;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+		return 0;
+	}
+	snprintf(buf, len, "?");
+	return WIMM_E_ADDR;
 }

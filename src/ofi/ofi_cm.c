@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,7 +146,19 @@ static int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port
 		goto err_close;
 	}
 	freeaddrinfo(res);
-	l->fd = fd;
+	/* The listener's fd is an epoll set of the socket and the connectors
+	 * still sending their handshake: readable when either moves. */
+	l->lepfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+	if (l->lepfd < 0 || epoll_ctl(l->lepfd, EPOLL_CTL_ADD, fd, &ev)) {
+		ret = ofi_errno_err(l->ctx, errno, "epoll (listener)", WIMM_E_PROVIDER);
+		if (l->lepfd >= 0)
+			close(l->lepfd);
+		close(fd);
+		return ret;
+	}
+	l->sock = fd;
+	l->fd = l->lepfd;
 	*port_out = ofi_sockaddr_port((struct sockaddr *)&ss);
 	return 0;
 
@@ -228,6 +241,8 @@ int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int 
 		return WIMM_E_NOMEM;
 	l->ctx = x;
 	l->fd = -1;
+	l->sock = -1;
+	l->lepfd = -1;
 	ret = x->msg ? ofi_pep_listen(l, host, port, port_out)
 		     : ofi_sock_listen(l, host, port, port_out);
 	if (ret) {
@@ -248,8 +263,11 @@ void ofi_listener_close(void *blis)
 		fi_close(&l->pep->fid);
 		fi_close(&l->eq->fid);
 		fi_freeinfo(l->info);
-	} else if (l->fd >= 0) {
-		close(l->fd);
+	} else {
+		for (int i = 0; i < l->npend; i++)
+			close(l->pend[i].fd);
+		close(l->sock);
+		close(l->lepfd);
 	}
 	free(l);
 }
@@ -304,45 +322,142 @@ static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *re
 	}
 }
 
+static void ofi_pend_drop(struct ofi_lis *l, int i)
+{
+	epoll_ctl(l->lepfd, EPOLL_CTL_DEL, l->pend[i].fd, NULL);
+	close(l->pend[i].fd);
+	l->pend[i] = l->pend[--l->npend];
+}
+
+/* Take every connector waiting in the accept queue. */
+static int ofi_sock_take(struct ofi_lis *l)
+{
+	while (l->npend < OFI_HS_PENDING) {
+		int fd = accept4(l->sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+			    errno == ECONNABORTED)
+				return 0;
+			return ofi_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
+		}
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+		if (epoll_ctl(l->lepfd, EPOLL_CTL_ADD, fd, &ev)) {
+			close(fd);
+			return ofi_errno_err(l->ctx, errno, "epoll (connector)", WIMM_E_PROVIDER);
+		}
+		l->pend[l->npend] = (struct ofi_hs_pending){
+		    .fd = fd, .deadline_ms = wimm_now_ms() + OFI_HS_READ_MS};
+		l->npend++;
+	}
+	return 0;
+}
+
+/* Read what pend[i] has sent so far: 1 with a whole frame, 0 not yet, or
+ * a negative WIMM_E_* (the connector is dropped). */
+static int ofi_pend_read(struct ofi_lis *l, int i)
+{
+	struct ofi_hs_pending *p = &l->pend[i];
+
+	for (;;) {
+		size_t want = p->got < 4 ? 4 - p->got : 0;
+		if (!want) {
+			uint32_t n = (uint32_t)p->buf[0] << 24 | (uint32_t)p->buf[1] << 16 |
+				     (uint32_t)p->buf[2] << 8 | p->buf[3];
+			if (n > WIMM_HS_MAX_LEN)
+				return ofi_errno_err(l->ctx, EMSGSIZE, "reading handshake",
+						     WIMM_E_PROTO);
+			want = 4 + n - p->got;
+			if (!want)
+				return 1;
+		}
+		ssize_t r = recv(p->fd, p->buf + p->got, want, MSG_DONTWAIT);
+		if (r == 0)
+			return ofi_errno_err(l->ctx, ECONNRESET, "reading handshake",
+					     WIMM_E_DISCONNECTED);
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				return 0;
+			return ofi_errno_err(l->ctx, errno, "reading handshake",
+					     ofi_sock_code(errno));
+		}
+		p->got += (size_t)r;
+	}
+}
+
+/* A request whose whole handshake frame is here, without waiting on any
+ * connector: a slow or silent one cannot hold up the others (it is
+ * dropped when its OFI_HS_READ_MS run out). Errors of one connector are
+ * returned once, as the request's failure, like a bad handshake. */
+static int ofi_sock_ready(struct ofi_lis *l, struct ofi_req *req, uint8_t *hs, size_t *hs_len)
+{
+	int64_t now = wimm_now_ms();
+	int ret = ofi_sock_take(l);
+
+	if (ret)
+		return ret;
+	for (int i = 0; i < l->npend; i++) {
+		ret = ofi_pend_read(l, i);
+		if (ret < 0) {
+			ofi_pend_drop(l, i);
+			return ret;
+		}
+		if (ret == 0) {
+			if (now < l->pend[i].deadline_ms)
+				continue;
+			ofi_pend_drop(l, i);
+			return ofi_errno_err(l->ctx, ETIMEDOUT, "reading handshake",
+					     WIMM_E_TIMEDOUT);
+		}
+		struct ofi_hs_pending *p = &l->pend[i];
+		size_t n = p->got - 4;
+		if (n > *hs_len)
+			n = *hs_len;
+		memcpy(hs, p->buf + 4, n);
+		*hs_len = n;
+		epoll_ctl(l->lepfd, EPOLL_CTL_DEL, p->fd, NULL);
+		req->sock = p->fd;
+		l->pend[i] = l->pend[--l->npend];
+		return 0;
+	}
+	return WIMM_E_AGAIN;
+}
+
 static int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
 			    size_t *hs_len)
 {
 	int64_t deadline = wimm_now_ms() + timeout_ms;
-	int fd, ret;
 
 	for (;;) {
-		struct pollfd p = {.fd = l->fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline));
+		struct epoll_event ev[8];
+		int ret = ofi_sock_ready(l, req, hs, hs_len);
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return ofi_errno_err(l->ctx, errno, "poll (listener)", WIMM_E_PROVIDER);
-		if (r == 0)
-			return timeout_ms ? WIMM_E_TIMEDOUT : WIMM_E_AGAIN;
-		fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd >= 0)
-			break;
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			return ofi_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
+		if (ret != WIMM_E_AGAIN)
+			return ret;
+		if (timeout_ms == 0)
+			return WIMM_E_AGAIN;
+		int wait = timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline);
+		if (wait == 0)
+			return WIMM_E_TIMEDOUT;
+		/* Wake for the next connector's deadline too. */
+		if (l->npend && (wait < 0 || wait > 100))
+			wait = 100;
+		if (epoll_wait(l->lepfd, ev, 8, wait) < 0 && errno != EINTR)
+			return ofi_errno_err(l->ctx, errno, "epoll_wait (listener)",
+					     WIMM_E_PROVIDER);
 	}
-	ret = ofi_recv_frame(fd, hs, *hs_len, hs_len, wimm_now_ms() + OFI_HS_READ_MS);
-	if (ret) {
-		close(fd);
-		return ofi_errno_err(l->ctx, -ret, "reading handshake", ofi_sock_code(-ret));
-	}
-	req->sock = fd;
-	/* Which lane may take it depends on who it is (ofi_lane.c). A bad
-	 * handshake is the core's to refuse; it then names no one. */
-	{
-		struct wimm_handshake peer;
+}
 
-		if (wimm_hs_decode(hs, *hs_len, &peer) == 0 && peer.addr_len <= OFI_NAME_MAX) {
-			memcpy(req->peer_name, peer.addr, peer.addr_len);
-			req->peer_name_len = peer.addr_len;
-		}
+/* RDM: which lane may take a request depends on who it is (ofi_lane.c).
+ * A bad handshake is the core's to refuse; it then names no one. */
+static void ofi_req_peer_name(struct ofi_req *req, const uint8_t *hs, size_t len)
+{
+	struct wimm_handshake peer;
+
+	if (wimm_hs_decode(hs, len, &peer) == 0 && peer.addr_len <= OFI_NAME_MAX) {
+		memcpy(req->peer_name, peer.addr, peer.addr_len);
+		req->peer_name_len = peer.addr_len;
 	}
-	return 0;
 }
 
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len)
@@ -368,24 +483,41 @@ int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t
 		free(req);
 		return ret;
 	}
+	if (req->sock >= 0)
+		ofi_req_peer_name(req, hs, *hs_len);
 	*breq = req;
 	return 0;
 }
 
-void ofi_reject(void *breq, int why)
+void ofi_reject(void *breq, const uint8_t *msg, size_t len)
 {
 	struct ofi_req *req = breq;
 
-	(void)why;
 	if (!req)
 		return;
 	if (req->info) {
-		fi_reject(req->pep, req->info->handle, NULL, 0);
+		fi_reject(req->pep, req->info->handle, msg, len);
 		fi_freeinfo(req->info);
 	}
-	if (req->sock >= 0)
+	if (req->sock >= 0) {
+		/* Best effort, never waiting: the connector reads the reason. */
+		ofi_send_frame(req->sock, msg, len, wimm_now_ms());
 		close(req->sock);
+	}
 	free(req);
+}
+
+int ofi_request_peer(void *breq, char *buf, size_t len)
+{
+	struct ofi_req *req = breq;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (req->info && req->info->dest_addr)
+		return wimm_sockaddr_text(req->info->dest_addr, buf, len);
+	if (req->sock >= 0 && getpeername(req->sock, (struct sockaddr *)&ss, &sl) == 0)
+		return wimm_sockaddr_text((struct sockaddr *)&ss, buf, len);
+	return WIMM_E_ADDR;
 }
 
 /* ------------------------------------------------------------ connecting */
@@ -400,7 +532,13 @@ void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_en
 	(void)x;
 	if (!c)
 		return;
-	if (event == FI_CONNECTED && !c->connected) {
+	if (event == FI_CONNECTED && c->accepting) {
+		/* The passive side's set-up is complete. */
+		c->accepting = 0;
+		c->connected = 1;
+		c->up_pending = 1;
+		ofi_hot_add(c);
+	} else if (event == FI_CONNECTED && !c->connected) {
 		size_t n = len > sizeof(*e) ? len - sizeof(*e) : 0;
 
 		if (c->cm_reply) {
@@ -414,9 +552,10 @@ void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_en
 		}
 		c->connected = 1;
 	} else if (event == FI_SHUTDOWN) {
-		if (c->connected)
+		if (c->connected || c->accepting) {
+			c->accepting = 0;
 			ofi_conn_down(c, WIMM_E_DISCONNECTED, 0);
-		else
+		} else
 			c->cm_err = -FI_ECONNRESET;
 	}
 }
@@ -431,10 +570,22 @@ static void ofi_eq_error(struct ofi_ctx *x)
 	c = err.fid ? err.fid->context : NULL;
 	if (!c)
 		return;
-	if (c->connected)
+	if (c->connected || c->accepting) {
+		c->accepting = 0;
 		ofi_conn_down(c, WIMM_E_DISCONNECTED, -err.err);
-	else
-		c->cm_err = err.err ? -err.err : -FI_ECONNREFUSED;
+		return;
+	}
+	c->cm_err = err.err ? -err.err : -FI_ECONNREFUSED;
+	/* A wimm listener's reject carries its reason. */
+	if (err.err == FI_ECONNREFUSED && err.err_data_size > 0 && c->cm_reply) {
+		size_t n =
+		    err.err_data_size < *c->cm_reply_len ? err.err_data_size : *c->cm_reply_len;
+
+		memcpy(c->cm_reply, err.err_data, n);
+		*c->cm_reply_len = n;
+		c->cm_reply = NULL;
+		c->cm_refused = 1;
+	}
 }
 
 void ofi_eq_drain(struct ofi_ctx *x)
@@ -491,6 +642,10 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline)
 		ofi_eq_dispatch(x, event, &u.e, (size_t)r);
 	}
 	c->cm_reply = NULL;
+	if (c->cm_refused) {
+		wimm_ctx_set_provider_error(x->core, -FI_ECONNREFUSED, "rejected by the listener");
+		return WIMM_E_REFUSED;
+	}
 	if (c->cm_err == -FI_EMSGSIZE)
 		return WIMM_E_PROTO;
 	if (c->cm_err == -FI_ECONNRESET) {
@@ -591,10 +746,9 @@ int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *
 	return ofi_sock_connect(c, host, port, hs, hs_len, reply, reply_len, deadline);
 }
 
-int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
+int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len)
 {
 	struct ofi_conn *c = bconn;
-	int64_t deadline = wimm_deadline_ms(timeout_ms, OFI_DEFAULT_TIMEOUT_MS);
 	int ret;
 
 	if (!c->ctx->msg) {
@@ -605,13 +759,37 @@ int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 			return WIMM_E_NOMEM;
 		memcpy(c->frame, hs, hs_len);
 		c->frame_len = hs_len;
-		c->frame_deadline = deadline;
+		c->up_pending = 1;
 		return 0;
 	}
 	ret = fi_accept(c->ep, hs, hs_len);
 	if (ret)
 		return ofi_err(c->ctx, ret, "fi_accept");
-	return ofi_wait_connected(c, deadline);
+	/* FI_CONNECTED arrives on the context's EQ (ofi_eq_dispatch). */
+	c->accepting = 1;
+	return 0;
+}
+
+void ofi_conn_shutdown(void *bconn)
+{
+	struct ofi_conn *c = bconn;
+
+	if (c->ctx->msg && c->ep && c->connected)
+		fi_shutdown(c->ep, 0);
+	if (c->sock >= 0) {
+		if (c->in_epoll_sock)
+			ofi_epoll_del(c->ctx, c->sock);
+		c->in_epoll_sock = 0;
+		shutdown(c->sock, SHUT_RDWR); /* the peer sees EOF at once */
+	}
+	/* RDM: what the peer still sends names no one, its slots are gone. */
+	if (c->lane)
+		ofi_lane_cut(c);
+	c->connected = 0;
+	c->accepting = 0;
+	/* No CONN_DOWN of our own: the core already reported the drop. */
+	c->down_pending = 0;
+	c->down_reported = 1;
 }
 
 /* shm maps a new peer lazily: the first operation towards it sends our
@@ -651,7 +829,8 @@ int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	if (ret)
 		return ret;
 	if (c->frame) {
-		ret = ofi_send_frame(c->sock, c->frame, c->frame_len, c->frame_deadline);
+		/* A fresh socket has room for one small frame: never waits. */
+		ret = ofi_send_frame(c->sock, c->frame, c->frame_len, wimm_now_ms());
 		free(c->frame);
 		c->frame = NULL;
 		if (ret)
@@ -659,6 +838,8 @@ int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)
 					     ofi_sock_code(-ret));
 	}
 	c->connected = 1;
+	if (c->up_pending)
+		ofi_lane_push_up(c);
 	ofi_rdm_kick(c);
 	return 0;
 }

@@ -353,6 +353,19 @@ static int ofi_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 	 * queue; half of the rest stays free for plain writes and reads. */
 	out->max_depth = ofi_min32(x->info->tx_attr->size,
 				   x->msg ? x->info->rx_attr->size : x->info->rx_attr->size / 4);
+	/* MSG: the provider's CM data; RDM: wimm's own frames. */
+	out->private_max = x->msg ? OFI_MSG_CM_DATA : WIMM_HS_MAX_LEN;
+	return 0;
+}
+
+static int ofi_cq_resize(void *bctx, uint32_t total)
+{
+	struct ofi_ctx *x = bctx;
+
+	/* MSG: every connection has its own CQ, sized for it at conn_new.
+	 * RDM: lanes opened from now on are sized for the new total; a lane
+	 * takes a connection only while its own CQ has room for it. */
+	x->cq_budget = total;
 	return 0;
 }
 
@@ -490,6 +503,7 @@ const struct wimm_backend_ops wimm_ofi_ops = {
     .ctx_close = ofi_ctx_close,
     .ctx_fabric = ofi_ctx_fabric,
     .ctx_limits = ofi_ctx_limits,
+    .cq_resize = ofi_cq_resize,
     .describe = ofi_describe,
     .auto_probe = ofi_auto_probe,
     .mr_reg = ofi_mr_reg,
@@ -498,12 +512,14 @@ const struct wimm_backend_ops wimm_ofi_ops = {
     .listener_close = ofi_listener_close,
     .listener_fd = ofi_listener_fd,
     .get_request = ofi_get_request,
+    .request_peer = ofi_request_peer,
     .reject = ofi_reject,
     .conn_new = ofi_conn_new,
     .conn_addr = ofi_conn_addr,
     .connect = ofi_connect,
     .accept = ofi_accept,
     .conn_ready = ofi_conn_ready,
+    .conn_shutdown = ofi_conn_shutdown,
     .conn_delete = ofi_conn_delete,
     .post = ofi_post,
     .rx_release = ofi_rx_release,

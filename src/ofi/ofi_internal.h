@@ -18,6 +18,7 @@
 #include <rdma/fi_rma.h>
 
 #include "backend.h"
+#include "core/handshake.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
@@ -34,6 +35,7 @@
 
 /* Tags in the low bits of x->epfd's epoll data: what became readable. */
 enum ofi_tag { OFI_TAG_TIMER = 0, OFI_TAG_CQ = 1, OFI_TAG_SOCK = 2, OFI_TAG_EQ = 3 };
+#define OFI_MSG_CM_DATA 256 /* CM data the tcp provider carries */
 
 struct ofi_conn;
 
@@ -128,6 +130,9 @@ struct ofi_conn {
 	int cm_err;	   /* MSG: set-up failed (EQ error), -fi_errno */
 	uint8_t *cm_reply; /* MSG connect: where FI_CONNECTED's data goes */
 	size_t *cm_reply_len;
+	int cm_refused;	  /* ... by a wimm listener, its reason in cm_reply */
+	int accepting;	  /* MSG: fi_accept done, FI_CONNECTED not yet seen */
+	int up_pending;	  /* CONN_UP found, not yet returned */
 	int down_pending; /* CONN_DOWN found, not yet returned */
 	int down_reported;
 	int down_status, down_prov;
@@ -135,7 +140,6 @@ struct ofi_conn {
 	size_t peer_name_len;
 	uint8_t *frame; /* RDM accept: our handshake, sent by conn_ready */
 	size_t frame_len;
-	int64_t frame_deadline;
 
 	uint32_t sq_depth, tx_max, force_every, unsig;
 	uint64_t tx_head, tx_tail; /* posted / retired positions */
@@ -159,12 +163,26 @@ struct ofi_req {
 	size_t peer_name_len;
 };
 
+/* RDM: a connector whose handshake frame has not fully arrived yet. It is
+ * read a piece at a time from get_request, never waited for. */
+#define OFI_HS_PENDING 64
+struct ofi_hs_pending {
+	int fd;
+	size_t got;
+	int64_t deadline_ms;
+	uint8_t buf[4 + WIMM_HS_MAX_LEN];
+};
+
 struct ofi_lis {
 	struct ofi_ctx *ctx;
 	struct fid_pep *pep;
 	struct fid_eq *eq;
 	struct fi_info *info;
-	int fd; /* EQ wait fd or the listening socket */
+	int fd;	   /* MSG: the EQ wait fd; RDM: lepfd */
+	int sock;  /* RDM: the listening socket */
+	int lepfd; /* RDM: epoll of sock and the pending connectors */
+	struct ofi_hs_pending pend[OFI_HS_PENDING];
+	int npend;
 };
 
 /* op_context of our operations: (generation, index, slot?, position), never
@@ -201,10 +219,12 @@ int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int 
 void ofi_listener_close(void *blis);
 int ofi_listener_fd(void *blis);
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
-void ofi_reject(void *breq, int why);
+void ofi_reject(void *breq, const uint8_t *msg, size_t len);
+int ofi_request_peer(void *breq, char *buf, size_t len);
+void ofi_conn_shutdown(void *bconn);
 int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
 		uint8_t *reply, size_t *reply_len, int timeout_ms);
-int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+int ofi_accept(void *bconn, const uint8_t *hs, size_t hs_len);
 int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer);
 /* MSG: one CM event of the shared EQ, to the connection it names. */
 void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_entry *e, size_t len);
@@ -219,6 +239,9 @@ void ofi_lane_close_all(struct ofi_ctx *x);
 int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max);
 int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, int n);
 void ofi_lane_push_down(struct ofi_conn *c);
+void ofi_lane_push_up(struct ofi_conn *c);
+/* Stop the peer's traffic reaching the connection (shutdown, leave). */
+void ofi_lane_cut(struct ofi_conn *c);
 
 /* ofi_conn.c */
 int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);

@@ -157,6 +157,22 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
  * (smr_progress_connreq reads the peer's region). The peer's address goes
  * on the lane's dead list: entries of it still in the CQ then name no one,
  * and it leaves the AV (which reuses its index) once the CQ was drained. */
+void ofi_lane_cut(struct ofi_conn *c)
+{
+	struct ofi_lane *l = c->lane;
+
+	if (c->slots_posted)
+		for (uint32_t i = 0; i < c->rx_depth; i++)
+			fi_cancel(&l->ep->fid, ofi_cookie(c, 1, i));
+	c->slots_posted = 0;
+	if (c->peer != FI_ADDR_UNSPEC) {
+		if (c->peer < OFI_LANE_PEERS && l->peer[c->peer] == c)
+			l->peer[c->peer] = NULL;
+		l->dead[l->ndead++] = c->peer;
+		c->peer = FI_ADDR_UNSPEC;
+	}
+}
+
 void ofi_lane_leave(struct ofi_conn *c)
 {
 	struct ofi_lane *l = c->lane;
@@ -164,15 +180,7 @@ void ofi_lane_leave(struct ofi_conn *c)
 
 	if (!l)
 		return;
-	if (c->slots_posted)
-		for (uint32_t i = 0; i < c->rx_depth; i++)
-			fi_cancel(&l->ep->fid, ofi_cookie(c, 1, i));
-	if (c->peer != FI_ADDR_UNSPEC) {
-		if (c->peer < OFI_LANE_PEERS && l->peer[c->peer] == c)
-			l->peer[c->peer] = NULL;
-		l->dead[l->ndead++] = c->peer;
-		c->peer = FI_ADDR_UNSPEC;
-	}
+	ofi_lane_cut(c);
 	/* A peer that died with an operation awaiting its answer blocks the
 	 * lane's response queue: no new connections there. */
 	if (c->down_reported && c->tx_head != c->tx_tail)
@@ -370,6 +378,18 @@ int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, i
 		out[got++] = r->e;
 	}
 	return got;
+}
+
+/* Up before anything that arrives on it (conn_ready, before any progress). */
+void ofi_lane_push_up(struct ofi_conn *c)
+{
+	struct ofi_rent *r = ofi_ring_slot(c->lane);
+
+	if (!r)
+		return; /* the first doorbell says it is up instead */
+	r->e = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+	ofi_ring_push(c->lane, c, r);
+	c->up_pending = 0;
 }
 
 /* The connection's last word goes behind everything its lane's CQ already

@@ -262,6 +262,11 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 {
 	int got = 0;
 
+	/* Up before anything that arrived on it. */
+	if (c->up_pending && n > 0) {
+		out[got++] = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+		c->up_pending = 0;
+	}
 	while (got < n && c->stash_len) {
 		out[got++] = c->stash[c->stash_head];
 		c->stash_head = (c->stash_head + 1) % OFI_STASH;
@@ -295,7 +300,8 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 		got += k;
 		if (k)
 			c->linger = OFI_LINGER;
-		else if (c->cq_fd >= 0 && !c->stash_len && !c->down_pending && --c->linger == 0)
+		else if (c->cq_fd >= 0 && !c->stash_len && !c->down_pending && !c->up_pending &&
+			 --c->linger == 0)
 			ofi_hot_del(c);
 		c = x->hot ? next : NULL;
 	}
@@ -433,7 +439,7 @@ int ofi_arm(void *bctx)
 		return WIMM_E_NOMEM;
 	for (struct ofi_conn *c = x->hot; c && nf < x->nhot;) {
 		ofi_conn_stash_cq(c);
-		if (c->stash_len || c->down_pending)
+		if (c->stash_len || c->down_pending || c->up_pending)
 			return WIMM_E_AGAIN;
 		if (c->cq_fd >= 0)
 			x->fids[nf++] = &c->cq->fid;

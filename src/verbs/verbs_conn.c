@@ -19,7 +19,12 @@
 
 #define VERBS_DEFAULT_TIMEOUT_MS 10000
 #define VERBS_MAX_RD_ATOM 16
-#define VERBS_REJ_MAGIC 0x57524a31u /* "WRJ1": a wimm reject carrying a WIMM_E_* */
+/* The most a connect REQ carries on IB/RoCE (rdma_cm takes the rest). */
+#define VERBS_REQ_PDATA 56
+/* RNR NAKs a requester retries before failing with RNR_RETRY_EXC_ERR: finite,
+ * so a peer that stops reposting receives is an error, never a silent
+ * hang (7 would mean for ever). wimm's credits keep honest peers from RNR. */
+#define VERBS_RNR_RETRY 6
 
 struct verbs_listener {
 	struct verbs_ctx *vc;
@@ -34,15 +39,10 @@ struct verbs_req {
 };
 
 /* The cm pads private data to its own size with zeros, but the handshake
- * decoder wants the exact length: take 56 + addr_len (offset 52, BE). */
+ * decoder wants the exact length the handshake says it has. */
 static size_t verbs_hs_trim(const uint8_t *p, size_t len)
 {
-	size_t want;
-
-	if (len < WIMM_HS_FIXED_LEN)
-		return len;
-	want = WIMM_HS_FIXED_LEN + (((size_t)p[52] << 8) | p[53]);
-	return want < len ? want : len;
+	return wimm_hs_wire_len(p, len);
 }
 
 static int verbs_resolve(struct verbs_ctx *vc, const char *host, const char *port, int passive,
@@ -82,20 +82,15 @@ static int verbs_cm_wait(struct verbs_conn *c, int64_t deadline)
 	}
 }
 
-/* Turn an unexpected cm event into WIMM_E_*, keeping the event and status. */
+/* Turn an unexpected cm event into WIMM_E_*, keeping the event and status.
+ * A reject that carries a message is REFUSED: the core reads the reason. */
 static int verbs_cm_fail(struct verbs_conn *c, const char *what)
 {
 	struct verbs_ctx *vc = c->vc;
 	int werr = WIMM_E_UNREACHABLE;
 
-	if (c->cm_ev == RDMA_CM_EVENT_REJECTED && c->pdata_len >= 8) {
-		uint32_t magic, why;
-
-		memcpy(&magic, c->pdata, 4);
-		memcpy(&why, c->pdata + 4, 4);
-		if (ntohl(magic) == VERBS_REJ_MAGIC && (int32_t)ntohl(why) < 0)
-			werr = (int32_t)ntohl(why);
-	}
+	if (c->cm_ev == RDMA_CM_EVENT_REJECTED && c->pdata_len > 0)
+		werr = WIMM_E_REFUSED;
 	if (c->cm_ev == RDMA_CM_EVENT_DISCONNECTED || c->cm_ev == RDMA_CM_EVENT_DEVICE_REMOVAL)
 		werr = WIMM_E_DISCONNECTED;
 	return verbs_err(vc, werr, c->cm_status, "%s: %s (status %d)", what,
@@ -251,16 +246,22 @@ int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size
 	return 0;
 }
 
-void verbs_reject(void *breq, int why)
+void verbs_reject(void *breq, const uint8_t *msg, size_t len)
 {
 	struct verbs_req *r = breq;
-	uint32_t pd[2] = {htonl(VERBS_REJ_MAGIC), htonl((uint32_t)why)};
 
 	if (!r)
 		return;
-	rdma_reject(r->id, pd, sizeof(pd));
+	rdma_reject(r->id, msg, (uint8_t)len);
 	rdma_destroy_id(r->id);
 	free(r);
+}
+
+int verbs_request_peer(void *breq, char *buf, size_t len)
+{
+	struct verbs_req *r = breq;
+
+	return wimm_sockaddr_text(rdma_get_peer_addr(r->id), buf, len);
 }
 
 /* ------------------------------------------------------------ connections */
@@ -442,8 +443,7 @@ static void verbs_conn_param(struct verbs_conn *c, struct rdma_conn_param *p, co
 	p->responder_resources = (uint8_t)resp;
 	p->initiator_depth = (uint8_t)init;
 	p->retry_count = 7;
-	/* allowed, but with wimm's credits RNR never happens */
-	p->rnr_retry_count = 7;
+	p->rnr_retry_count = VERBS_RNR_RETRY;
 }
 
 int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
@@ -457,11 +457,11 @@ int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t
 	size_t len;
 	int rc;
 
-	if (hs_len > WIMM_HS_FIXED_LEN)
-		return verbs_err(vc, WIMM_E_INVAL, EINVAL,
+	if (hs_len > VERBS_REQ_PDATA)
+		return verbs_err(vc, WIMM_E_TOOBIG, EINVAL,
 				 "handshake of %zu bytes exceeds the"
 				 " %u-byte cm REQ private data",
-				 hs_len, WIMM_HS_FIXED_LEN);
+				 hs_len, VERBS_REQ_PDATA);
 	rc = verbs_resolve(vc, host, port, 0, &ai);
 	if (rc)
 		return rc;
@@ -489,6 +489,13 @@ int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t
 		return verbs_err(vc, WIMM_E_UNREACHABLE, errno, "rdma_connect: %s",
 				 strerror(errno));
 	rc = verbs_expect(c, RDMA_CM_EVENT_ESTABLISHED, deadline, "connect");
+	if (rc == WIMM_E_REFUSED) {
+		/* the listener's reject message, for the core to read */
+		len = c->pdata_len < *reply_len ? c->pdata_len : *reply_len;
+		memcpy(reply, c->pdata, len);
+		*reply_len = len;
+		return rc;
+	}
 	if (rc)
 		return rc;
 	c->established = 1;
@@ -500,12 +507,11 @@ int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t
 	return 0;
 }
 
-int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
+int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len)
 {
 	struct verbs_conn *c = bconn;
 	struct verbs_ctx *vc = c->vc;
 	struct rdma_conn_param p;
-	int rc;
 
 	if (hs_len > 196)
 		return verbs_err(vc, WIMM_E_INVAL, EINVAL,
@@ -516,13 +522,19 @@ int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms)
 	c->cm_ev = -1;
 	if (rdma_accept(c->id, &p))
 		return verbs_err(vc, WIMM_E_PROVIDER, errno, "rdma_accept: %s", strerror(errno));
-	rc = verbs_cm_wait(c, wimm_deadline_ms(timeout_ms, VERBS_DEFAULT_TIMEOUT_MS));
-	if (rc)
-		return rc;
-	if (c->cm_ev != RDMA_CM_EVENT_ESTABLISHED)
-		return verbs_cm_fail(c, "accept");
-	c->established = 1;
+	/* ESTABLISHED (or a failure) arrives on the cm channel: verbs_cm_event
+	 * turns it into CONN_UP (or CONN_DOWN) from poll. */
+	c->accepting = 1;
 	return 0;
+}
+
+void verbs_conn_shutdown(void *bconn)
+{
+	struct verbs_conn *c = bconn;
+
+	/* DREQ to the peer, and the QP to error: nothing it sends lands. */
+	c->dead = 1;
+	rdma_disconnect(c->id);
 }
 
 int verbs_conn_ready(void *bconn, const struct wimm_handshake *peer)
@@ -544,6 +556,8 @@ void verbs_conn_delete(void *bconn)
 	verbs_tab_del(vc, c);
 	if (c->down == 1)
 		vc->down_pending--;
+	if (c->up == 1)
+		vc->up_pending--;
 	if (c->srq_counted) {
 		/* its still-posted share of the SRQ serves the next connection */
 		uint64_t held = c->rx_consumed - c->rx_released;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "verbs/verbs_internal.h"
@@ -36,17 +35,6 @@ static int verbs_set_nonblock(int fd)
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -1;
 	return 0;
-}
-
-/* ibv_reg_mr pins pages: a low soft RLIMIT_MEMLOCK fails it with ENOMEM. */
-static void verbs_raise_memlock(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_MEMLOCK, &rl);
-	}
 }
 
 /* ----------------------------------------------------------- qp_num table */
@@ -145,7 +133,7 @@ void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c)
 void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov)
 {
 	c->dead = 1;
-	if (!c->established || c->down)
+	if ((!c->established && !c->accepting) || c->down)
 		return;
 	c->down = 1;
 	c->down_status = status;
@@ -170,9 +158,22 @@ static void verbs_cm_event(struct verbs_ctx *vc, struct rdma_cm_event *ev)
 	struct verbs_conn *c = ev->id->context;
 	size_t len;
 
-	(void)vc;
 	if (!c)
 		return; /* a request not yet taken by conn_new */
+	if (c->accepting) {
+		/* The passive side's set-up ends here, reported from poll. */
+		c->accepting = 0;
+		if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
+			c->established = 1;
+			c->up = 1;
+			vc->up_pending++;
+		} else {
+			c->accepting = 1; /* so that mark_down reports it */
+			verbs_conn_mark_down(c, WIMM_E_DISCONNECTED, ev->event);
+			c->accepting = 0;
+		}
+		return;
+	}
 	switch (ev->event) {
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -348,9 +349,13 @@ struct ibv_srq *verbs_srq_for(struct verbs_ctx *vc, uint32_t rx_depth)
 	if (vc->srq_mode == 0 || (vc->srq_mode < 0 && vc->tab_used < VERBS_SRQ_AUTO_CONNS))
 		return NULL;
 	if (!vc->srq) {
-		vc->srq_max = vc->cq_budget < (uint32_t)vc->dattr.max_srq_wr
-				  ? vc->cq_budget
-				  : (uint32_t)vc->dattr.max_srq_wr;
+		/* The CQ grows with the connections; the SRQ is sized once, as
+		 * large as the device allows up to VERBS_SRQ_MAX. */
+		vc->srq_max = (uint32_t)vc->dattr.max_srq_wr < VERBS_SRQ_MAX
+				  ? (uint32_t)vc->dattr.max_srq_wr
+				  : VERBS_SRQ_MAX;
+		if (vc->srq_max < vc->cq_budget && vc->cq_budget < (uint32_t)vc->dattr.max_srq_wr)
+			vc->srq_max = vc->cq_budget;
 		sa.attr.max_wr = vc->srq_max;
 		sa.attr.max_sge = 1;
 		vc->srq = ibv_create_srq(vc->pd, &sa);
@@ -400,7 +405,6 @@ static int verbs_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_bu
 	vc->epfd = -1;
 	vc->gen_next = 1;
 	vc->port_gen_seen = atomic_load(&verbs_port_err_gen);
-	verbs_raise_memlock();
 
 	vc->devs = rdma_get_devices(&ndev);
 	if (!vc->devs || ndev == 0) {
@@ -519,6 +523,28 @@ static void verbs_ctx_close(void *bctx)
 	free(vc);
 }
 
+/* ERRATA E5's cure as connections come: the CQ holds every completion that
+ * can be outstanding (plus as much again for flushes of deleted
+ * connections, as at open), up to what the device allows. */
+static int verbs_cq_resize(void *bctx, uint32_t total)
+{
+	struct verbs_ctx *vc = bctx;
+	int want;
+
+	if ((int64_t)total > vc->dattr.max_cqe)
+		return verbs_err(vc, WIMM_E_AGAIN, ENOSPC,
+				 "%u completions outstanding exceed max_cqe %d of %s", total,
+				 vc->dattr.max_cqe, vc->fabric);
+	want = (int64_t)total * 2 < vc->dattr.max_cqe ? (int)total * 2 : vc->dattr.max_cqe;
+	if (want <= vc->cqe)
+		return 0;
+	int rc = ibv_resize_cq(vc->cq, want);
+	if (rc)
+		return verbs_err(vc, WIMM_E_AGAIN, rc, "ibv_resize_cq(%d): %s", want, strerror(rc));
+	vc->cqe = vc->cq->cqe > want ? vc->cq->cqe : want;
+	return 0;
+}
+
 static const char *verbs_ctx_fabric(void *bctx)
 {
 	return ((struct verbs_ctx *)bctx)->fabric;
@@ -534,6 +560,7 @@ static int verbs_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 	out->inject_size = vc->max_inline;
 	out->imm_bytes = 4;
 	out->max_depth = depth > 0 ? (uint32_t)depth : 0;
+	out->private_max = 56; /* rdma_cm REQ private data on IB/RoCE */
 	return 0;
 }
 
@@ -589,7 +616,7 @@ static int verbs_arm(void *bctx)
 	int k;
 
 	vc->armed = 1;
-	if (vc->stash_pos < vc->stash_n || vc->down_pending)
+	if (vc->stash_pos < vc->stash_n || vc->down_pending || vc->up_pending)
 		return WIMM_E_AGAIN;
 	if (ibv_req_notify_cq(vc->cq, 0))
 		return verbs_err(vc, WIMM_E_PROVIDER, errno, "ibv_req_notify_cq: %s",
@@ -608,6 +635,7 @@ const struct wimm_backend_ops wimm_verbs_ops = {
     .ctx_close = verbs_ctx_close,
     .ctx_fabric = verbs_ctx_fabric,
     .ctx_limits = verbs_ctx_limits,
+    .cq_resize = verbs_cq_resize,
     .describe = verbs_describe,
     .auto_probe = verbs_auto_probe,
     .mr_reg = verbs_mr_reg,
@@ -616,12 +644,14 @@ const struct wimm_backend_ops wimm_verbs_ops = {
     .listener_close = verbs_listener_close,
     .listener_fd = verbs_listener_fd,
     .get_request = verbs_get_request,
+    .request_peer = verbs_request_peer,
     .reject = verbs_reject,
     .conn_new = verbs_conn_new,
     .conn_addr = verbs_conn_addr,
     .connect = verbs_connect,
     .accept = verbs_accept,
     .conn_ready = verbs_conn_ready,
+    .conn_shutdown = verbs_conn_shutdown,
     .conn_delete = verbs_conn_delete,
     .post = verbs_post,
     .rx_release = verbs_rx_release,

@@ -23,6 +23,10 @@
 #define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
 #define VERBS_PDATA_MAX 256   /* largest cm private data we keep */
 #define VERBS_SRQ_AUTO_CONNS 16
+#define VERBS_SRQ_MAX 16384
+/* Polls in a row that filled the caller's array before pending CONN_DOWN /
+ * CONN_UP are reported anyway (the CQ never came back empty). */
+#define VERBS_CTL_FULL_POLLS 8
 
 /* wr_id layout: bit 63 = receive, bits 62..32 = connection generation (so a
  * completion of a deleted connection whose qp_num was reused is dropped),
@@ -57,6 +61,8 @@ struct verbs_ctx {
 	uint32_t tab_size, tab_used;
 	uint32_t gen_next;
 	uint32_t down_pending; /* connections with a CONN_DOWN to report */
+	uint32_t up_pending;   /* connections with a CONN_UP to report */
+	unsigned full_polls;   /* polls in a row that filled the array */
 
 	/* set by any context that reads a shared async event naming ours */
 	atomic_int async_flag;
@@ -88,8 +94,10 @@ struct verbs_conn {
 	uint32_t gen;
 	int in_tab;
 	int established;
-	int dead; /* QP known to be in error: posting is refused */
-	int down; /* 0 alive, 1 CONN_DOWN to report, 2 reported */
+	int accepting; /* rdma_accept done, ESTABLISHED not yet seen */
+	int dead;      /* QP known to be in error: posting is refused */
+	int down;      /* 0 alive, 1 CONN_DOWN to report, 2 reported */
+	int up;	       /* 1 CONN_UP to report, 2 reported */
 	int down_status, down_prov;
 	atomic_int async_ev; /* QP async event seen by some context, + 1 */
 
@@ -134,12 +142,14 @@ int verbs_listen(void *bctx, const char *host, const char *port, void **blis, in
 void verbs_listener_close(void *blis);
 int verbs_listener_fd(void *blis);
 int verbs_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
-void verbs_reject(void *breq, int why);
+void verbs_reject(void *breq, const uint8_t *msg, size_t len);
+int verbs_request_peer(void *breq, char *buf, size_t len);
+void verbs_conn_shutdown(void *bconn);
 int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);
 int verbs_conn_addr(void *bconn, uint8_t *buf, size_t *len);
 int verbs_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
 		  uint8_t *reply, size_t *reply_len, int timeout_ms);
-int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len, int timeout_ms);
+int verbs_accept(void *bconn, const uint8_t *hs, size_t hs_len);
 int verbs_conn_ready(void *bconn, const struct wimm_handshake *peer);
 void verbs_conn_delete(void *bconn);
 

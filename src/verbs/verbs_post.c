@@ -262,6 +262,23 @@ static int verbs_emit_down(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 	return got;
 }
 
+/* One CONN_UP per accepted connection whose ESTABLISHED arrived. */
+static int verbs_emit_up(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
+{
+	int got = 0;
+
+	for (uint32_t i = 0; i < vc->tab_size && got < n && vc->up_pending; i++) {
+		struct verbs_conn *c = vc->tab[i];
+
+		if (!c || c->up != 1)
+			continue;
+		c->up = 2;
+		vc->up_pending--;
+		out[got++] = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+	}
+	return got;
+}
+
 /* Completions of the CQ into out, up to n; stops when the CQ is empty. */
 static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 {
@@ -287,28 +304,39 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 	struct verbs_ctx *vc = bctx;
 	int64_t now;
 	int got = 0;
+	/* A CONN_DOWN waits for the CQ to come back empty (so it follows the
+	 * connection's last completions), but not for ever: after a few polls
+	 * that filled the array, one place is kept for it. */
+	int limit = vc->down_pending && vc->full_polls >= VERBS_CTL_FULL_POLLS && n > 1 ? n - 1 : n;
 
-	while (got < n && vc->stash_pos < vc->stash_n)
+	/* A connection that came up is announced before its first data. */
+	if (vc->up_pending)
+		got += verbs_emit_up(vc, out, limit);
+	while (got < limit && vc->stash_pos < vc->stash_n)
 		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
-	int k = verbs_drain(vc, &out[got], n - got);
+	int k = verbs_drain(vc, &out[got], limit - got);
 	if (k < 0)
 		return k;
 	got += k;
-	if (got == n)
-		return got;
-	/* the CQ is drained: now the control channels, at most once per
-	 * clock tick, and always right after arm() (the blocking path) */
+	/* The control channels at most once per clock tick, and always right
+	 * after arm() (the blocking path): also while the CQ keeps the array
+	 * full, so requests and disconnects are never starved by a stream. */
 	now = wimm_coarse_ns() / 1000000;
 	if (vc->armed || now - vc->last_ctl_ms >= VERBS_CTL_PERIOD_MS) {
 		vc->armed = 0;
 		vc->last_ctl_ms = now;
 		verbs_control(vc);
 	}
+	if (got == n) {
+		vc->full_polls++;
+		return got;
+	}
+	vc->full_polls = 0;
 	if (vc->down_pending) {
 		/* A peer's last messages complete here before its disconnect
 		 * reaches the CM channel: take what the CQ holds now, so the
 		 * DISCONNECT follows them, and report it once the CQ is empty. */
-		k = verbs_drain(vc, &out[got], n - got);
+		k = verbs_drain(vc, &out[got], limit - got);
 		if (k < 0)
 			return got ? got : k;
 		got += k;

@@ -29,7 +29,7 @@
 
 #include "conf.h"
 
-#define HS_LEN 56	   /* the fixed part of a version-1 handshake */
+#define HS_LEN 56	   /* the fixed part of a version-2 handshake */
 #define HS_MAX_ADDR 192	   /* its largest transport address */
 #define CM_BUF_MAX 1024	   /* largest CM data this test sends */
 #define IB_CM_REQ_PDATA 56 /* rdma_connect's private data on IB/RoCE (RDMA_PS_TCP) */
@@ -64,20 +64,20 @@ static const struct cm_case cases[] = {
     {"57 bytes of garbage", WIMM_E_PROTO, ON_OFI},
     {"valid header and a trailing byte", WIMM_E_PROTO, ON_OFI},
     {"bad magic", WIMM_E_PROTO, ON_ALL},
-    {"version 2", WIMM_E_VERSION, ON_ALL},
-    {"version 2, 100 bytes", WIMM_E_VERSION, ON_OFI},
+    {"version 3", WIMM_E_VERSION, ON_ALL},
+    {"version 3, 100 bytes", WIMM_E_VERSION, ON_OFI},
     {"rx_depth 0", WIMM_E_PROTO, ON_ALL},
     {"rx_depth 2^20 + 1", WIMM_E_PROTO, ON_ALL},
     {"recv_size 2^30 + 1", WIMM_E_PROTO, ON_ALL},
     {"unknown flag bit", WIMM_E_PROTO, ON_ALL},
     {"window flag without a window", WIMM_E_PROTO, ON_ALL},
     {"window range wraps", WIMM_E_PROTO, ON_ALL},
-    {"reserved bytes set", WIMM_E_PROTO, ON_ALL},
+    {"priv_len without its bytes", WIMM_E_PROTO, ON_ALL},
     {"addr_len 200 in 56 bytes", WIMM_E_PROTO, ON_ALL},
     {"addr_len 8 in 56 bytes", WIMM_E_PROTO, ON_ALL},
     {"oversized garbage (the CM's maximum)", WIMM_E_PROTO, ON_OFI},
     {"oversized: a full handshake with bytes after it", WIMM_E_PROTO, ON_OFI},
-    {"version 2 at the CM's maximum", WIMM_E_VERSION, ON_OFI},
+    {"version 3 at the CM's maximum", WIMM_E_VERSION, ON_OFI},
 };
 
 static void put_be(uint8_t *p, uint64_t v, int n)
@@ -86,12 +86,12 @@ static void put_be(uint8_t *p, uint64_t v, int n)
 		p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
 }
 
-/* A well-formed version-1 handshake, no window, no address. */
+/* A well-formed version-2 handshake, no window, no address. */
 static size_t good_hs(uint8_t *b)
 {
 	memset(b, 0, HS_LEN);
 	put_be(b, 0x5749, 2);
-	b[2] = 1;
+	b[2] = 2;
 	put_be(b + 4, 16, 4);	    /* rx_depth */
 	put_be(b + 36, 0x10000, 8); /* credit_addr */
 	put_be(b + 44, 0x1234, 8);  /* credit_key */
@@ -145,11 +145,11 @@ static size_t make_case(size_t i, uint8_t *b, size_t cm_max, int *skip)
 		put_be(b, 0x5748, 2);
 		break;
 	case 10:
-		b[2] = 2;
+		b[2] = 3;
 		break;
 	case 11:
 		/* a newer peer's longer message: version first, not length */
-		b[2] = 2;
+		b[2] = 3;
 		garbage(b + HS_LEN, 100 - HS_LEN);
 		n = 100;
 		break;
@@ -201,7 +201,7 @@ static size_t make_case(size_t i, uint8_t *b, size_t cm_max, int *skip)
 		n = cm_max;
 		break;
 	case 23:
-		b[2] = 2;
+		b[2] = 3;
 		garbage(b + HS_LEN, cm_max - HS_LEN);
 		n = cm_max;
 		break;
@@ -689,7 +689,7 @@ static int run_case(struct raw *r, struct wimm_listener *l, size_t i, int64_t *w
 	 * talked to the wimm listener. */
 	if (got == RAW_CONNECTED && want == RAW_CONNECTED &&
 	    (r->reply_len < HS_LEN || r->reply[0] != 0x57 || r->reply[1] != 0x49 ||
-	     r->reply[2] != 1))
+	     r->reply[2] != 2))
 		conf_fail(__FILE__, __LINE__,
 			  "%s: the listener's reply (%zu bytes) is no handshake", k->what,
 			  r->reply_len);

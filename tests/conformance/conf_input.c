@@ -143,12 +143,12 @@ static void put_be(uint8_t *p, uint64_t v, int n)
 		p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
 }
 
-/* A well-formed version-1 handshake body (no window, no address). */
+/* A well-formed version-2 handshake body (no window, no address). */
 static size_t good_hs(uint8_t *b)
 {
 	memset(b, 0, 56);
 	put_be(b, 0x5749, 2);
-	b[2] = 1;
+	b[2] = 2;
 	put_be(b + 4, 16, 4);	    /* rx_depth */
 	put_be(b + 36, 0x10000, 8); /* credit_addr */
 	return 56;
@@ -195,7 +195,7 @@ static size_t make_frame(int i, uint8_t *f)
 		n = flen = 30;
 		break;
 	case 2: /* another version */
-		b[2] = 2;
+		b[2] = 3;
 		break;
 	case 3: /* oversized frame length, the bytes never come */
 		flen = 100000;
@@ -220,7 +220,7 @@ static size_t make_frame(int i, uint8_t *f)
 
 static const struct frame_case frame_cases[] = {
     {"garbage", WIMM_E_PROTO},	     {"truncated", WIMM_E_PROTO},
-    {"version 2", WIMM_E_VERSION},   {"oversized length", WIMM_E_PROTO},
+    {"version 3", WIMM_E_VERSION},   {"oversized length", WIMM_E_PROTO},
     {"length 2^32-1", WIMM_E_PROTO}, {"empty", WIMM_E_PROTO},
     {"trailing byte", WIMM_E_PROTO}, {"unknown flag", WIMM_E_PROTO},
 };

@@ -200,6 +200,8 @@ const char *conf_ev_name(enum wimm_event_type t)
 		return "ERROR";
 	case WIMM_EV_CONNECT:
 		return "CONNECT";
+	case WIMM_EV_ESTABLISHED:
+		return "ESTABLISHED";
 	}
 	return "?";
 }

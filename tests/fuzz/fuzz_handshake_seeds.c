@@ -63,8 +63,8 @@ int main(int argc, char **argv)
 	bad |= n < 0 || write_seed(argv[1], "maxaddr", buf, (size_t)n);
 
 	/* Near misses: another version, a cut-off message. */
-	buf[2] = 2;
-	bad |= write_seed(argv[1], "version2", buf, WIMM_HS_FIXED_LEN);
+	buf[2] = WIMM_HS_VERSION + 1;
+	bad |= write_seed(argv[1], "version_next", buf, WIMM_HS_FIXED_LEN);
 	buf[2] = WIMM_HS_VERSION;
 	bad |= write_seed(argv[1], "truncated", buf, 40);
 	return bad ? 1 : 0;

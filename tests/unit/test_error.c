@@ -21,7 +21,7 @@ static const struct expect table[] = {
 
 int main(void)
 {
-	CHECK_EQ(NCODES, 22);
+	CHECK_EQ(NCODES, 24);
 	for (size_t i = 0; i < NCODES; i++) {
 		const char *name = wimm_err_name(table[i].code);
 		const char *text = wimm_strerror(table[i].code);
@@ -50,7 +50,7 @@ int main(void)
 		CHECK(strcmp(wimm_strerror(WIMM_OK), table[i].text) != 0);
 
 	/* Codes no one defined: positive errno-like values, gaps, extremes. */
-	static const int unknown[] = {-23, -100, 1, 5, 22, -1000000, 2147483647, -2147483647 - 1};
+	static const int unknown[] = {-25, -100, 1, 5, 22, -1000000, 2147483647, -2147483647 - 1};
 	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
 		CHECK(strcmp(wimm_strerror(unknown[i]), "unknown error") == 0);
 		CHECK(strcmp(wimm_err_name(unknown[i]), "WIMM_E_UNKNOWN") == 0);

@@ -180,8 +180,10 @@ static void test_bad_header(void)
 	buf[1] ^= 0x80;
 	CHECK_EQ(decode(buf, (size_t)n), 0);
 
-	/* Another version of a well-formed header. */
-	buf[2] = 2;
+	/* Another version of a well-formed header, older and newer. */
+	buf[2] = WIMM_HS_VERSION - 1;
+	CHECK_EQ(decode(buf, (size_t)n), WIMM_E_VERSION);
+	buf[2] = WIMM_HS_VERSION + 1;
 	CHECK_EQ(decode(buf, (size_t)n), WIMM_E_VERSION);
 	buf[2] = 0xFF;
 	CHECK_EQ(decode(buf, (size_t)n), WIMM_E_VERSION);
@@ -194,7 +196,7 @@ static void test_bad_header(void)
 	}
 	buf[3] = hs.flags;
 
-	/* Reserved must be zero, either byte. */
+	/* priv_len must match the bytes present, either byte of it. */
 	buf[54] = 1;
 	CHECK_EQ(decode(buf, (size_t)n), WIMM_E_PROTO);
 	buf[54] = 0;
@@ -202,6 +204,57 @@ static void test_bad_header(void)
 	CHECK_EQ(decode(buf, (size_t)n), WIMM_E_PROTO);
 	buf[55] = 0;
 	CHECK_EQ(decode(buf, (size_t)n), 0);
+}
+
+static void test_private(void)
+{
+	uint8_t buf[WIMM_HS_MAX_LEN + 16];
+	struct wimm_handshake hs = sample(12), out;
+
+	hs.priv_len = WIMM_HS_MAX_PRIVATE;
+	for (unsigned i = 0; i < hs.priv_len; i++)
+		hs.priv[i] = (uint8_t)(0xA0 ^ i);
+	int n = encode(&hs, buf);
+	CHECK_EQ(n, (int)(WIMM_HS_FIXED_LEN + 12 + WIMM_HS_MAX_PRIVATE));
+	CHECK_EQ(wimm_hs_decode(buf, (size_t)n, &out), 0);
+	CHECK_EQ(out.priv_len, WIMM_HS_MAX_PRIVATE);
+	CHECK(memcmp(out.priv, hs.priv, hs.priv_len) == 0);
+	CHECK(memcmp(out.addr, hs.addr, hs.addr_len) == 0);
+	/* The transport may pad; the handshake says its own length. */
+	memset(buf + n, 0, 8);
+	CHECK_EQ(wimm_hs_wire_len(buf, (size_t)n + 8), (size_t)n);
+	CHECK_EQ(wimm_hs_wire_len(buf, 10), 10);
+	/* One more byte of private data than allowed, lengths agreeing. */
+	put16(buf + 54, WIMM_HS_MAX_PRIVATE + 1);
+	CHECK_EQ(decode(buf, (size_t)n + 1), WIMM_E_PROTO);
+	/* The encoder refuses what the decoder would. */
+	hs.priv_len = WIMM_HS_MAX_PRIVATE + 1;
+	CHECK_EQ(wimm_hs_encode(&hs, buf, sizeof(buf)), WIMM_E_INVAL);
+}
+
+static void test_reject(void)
+{
+	uint8_t buf[WIMM_HS_REJECT_LEN + 4];
+	int why = 0;
+
+	wimm_hs_encode_reject(WIMM_E_PERM, buf);
+	CHECK_EQ(wimm_hs_decode_reject(buf, WIMM_HS_REJECT_LEN, &why), 1);
+	CHECK_EQ(why, WIMM_E_PERM);
+	CHECK_EQ(wimm_hs_decode_reject(buf, WIMM_HS_REJECT_LEN - 1, &why), 0);
+	/* Not a WIMM_E_* code (positive, zero, unknown): REFUSED. */
+	static const int odd[] = {0, 5, -1000, INT32_MIN};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		wimm_hs_encode_reject(odd[i], buf);
+		CHECK_EQ(wimm_hs_decode_reject(buf, WIMM_HS_REJECT_LEN, &why), 1);
+		CHECK_EQ(why, WIMM_E_REFUSED);
+	}
+	/* A handshake is no reject, and a reject no handshake. */
+	struct wimm_handshake hs = sample(0);
+	uint8_t hb[WIMM_HS_MAX_LEN];
+	int n = encode(&hs, hb);
+	CHECK_EQ(wimm_hs_decode_reject(hb, (size_t)n, &why), 0);
+	wimm_hs_encode_reject(WIMM_E_AGAIN, buf);
+	CHECK_EQ(decode(buf, WIMM_HS_REJECT_LEN), WIMM_E_PROTO);
 }
 
 static void test_addr_len(void)
@@ -327,6 +380,8 @@ int main(void)
 	test_truncated();
 	test_bad_header();
 	test_addr_len();
+	test_private();
+	test_reject();
 	test_ranges();
 	test_window();
 	test_encode_checks();

@@ -1,0 +1,286 @@
+/* Connections: the four operations with their bounds and credit checks,
+ * and the sender's wait for credit or send slots (WIMM_F_WAIT). */
+#include <string.h>
+#include <time.h>
+
+#include "core/conn_internal.h"
+
+static const struct wimm_backend_ops *ops_of(const struct wimm_conn *c)
+{
+	return wimm_ctx_ops(c->ctx);
+}
+
+static uint64_t peer_released(const struct wimm_conn *c)
+{
+	return __atomic_load_n(&c->ctl_in[CTL_CREDIT], __ATOMIC_ACQUIRE);
+}
+
+void conn_pending_push(struct wimm_conn *c, uint64_t op_seq, enum wimm_op op)
+{
+	/* Cannot overflow: signaled operations outstanding are bounded by the
+	 * send depth, which is the ring's size. */
+	if (c->pend_n == c->pend_cap)
+		return;
+	c->pend[(c->pend_head + c->pend_n) % c->pend_cap] = (struct pending_op){op_seq, op};
+	c->pend_n++;
+}
+
+/* Checks shared by every operation; nothing is posted when one fails. */
+static int check_local(const struct wimm_conn *c, const struct wimm_mr *mr, size_t off, size_t len)
+{
+	if (len > c->limits.max_msg || len > UINT32_MAX)
+		return WIMM_E_TOOBIG;
+	if (len == 0)
+		return 0;
+	if (!mr || wimm_mr_ctx(mr) != c->ctx)
+		return WIMM_E_INVAL;
+	size_t mlen = wimm_mr_bmr(mr)->len;
+	if (off > mlen || len > mlen - off)
+		return WIMM_E_LOCAL_BOUNDS;
+	return 0;
+}
+
+static int check_remote(const struct wimm_conn *c, size_t off, size_t len, unsigned need)
+{
+	if (c->peer.window_len == 0)
+		return WIMM_E_NOWINDOW;
+	if (!(c->peer.flags & need))
+		return WIMM_E_PERM;
+	if (off > c->peer.window_len || len > c->peer.window_len - off)
+		return WIMM_E_BOUNDS;
+	return 0;
+}
+
+/* WIMM_F_WAIT: the pause between two tries of a credit or a send slot.
+ * Credits come back as a plain RDMA write, which raises no completion and so
+ * no wake-up on any fabric, and send slots come back with completions the
+ * application may never ask for: so the wait drives progress itself,
+ * spinning first, then napping so a stalled receiver does not cost a whole
+ * core. A nap is an eighth of the time waited so far (10 us to 1 ms): a
+ * nap can overshoot the credit's return by little more than that eighth,
+ * where doubling naps would overshoot by up to the whole wait. */
+#define WAIT_NAP_MIN_NS 10000
+#define WAIT_NAP_MAX_NS 1000000
+/* While spinning the clock is read once per this many steps. */
+#define WAIT_STEPS_PER_CLOCK 8
+
+struct backoff {
+	int64_t start_ns;
+	unsigned steps;
+};
+
+static int wait_step(struct wimm_conn *c, struct backoff *b)
+{
+	int ret = wimm_ctx_progress_into_backlog(c->ctx);
+	if (ret)
+		return ret;
+	if (c->state == CONN_DOWN)
+		return WIMM_E_DISCONNECTED;
+	/* Slots of events the application already saw go back too, or two
+	 * peers waiting on each other would never move. */
+	ret = wimm_conn_release(c);
+	if (ret)
+		return ret;
+	if (b->steps++ % WAIT_STEPS_PER_CLOCK != 0)
+		return 0;
+	int64_t t = wimm_now_ns();
+	if (b->start_ns == 0)
+		b->start_ns = t;
+	int64_t waited = t - b->start_ns;
+	uint32_t limit_ms = wimm_ctx_post_wait_ms(c->ctx);
+	if (limit_ms && waited >= (int64_t)limit_ms * 1000000)
+		return WIMM_E_TIMEDOUT;
+	int64_t spin_ns = (int64_t)wimm_ctx_spin_us(c->ctx) * 1000;
+	if (waited < spin_ns)
+		return 0;
+	int64_t nap_ns = waited / 8;
+	if (nap_ns < WAIT_NAP_MIN_NS)
+		nap_ns = WAIT_NAP_MIN_NS;
+	if (nap_ns > WAIT_NAP_MAX_NS)
+		nap_ns = WAIT_NAP_MAX_NS;
+	struct timespec nap = {0, (long)nap_ns};
+	nanosleep(&nap, NULL);
+	/* Look at the clock again after the next step. */
+	b->steps = 0;
+	return 0;
+}
+
+static int take_credit(struct wimm_conn *c, unsigned flags)
+{
+	struct backoff b = {0, 0};
+
+	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
+		return 0;
+	/* The credit word may be waiting for progress (manual-progress
+	 * providers land remote writes only when called). */
+	int ret = wimm_ctx_progress_into_backlog(c->ctx);
+	if (ret)
+		return ret;
+	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
+		return 0;
+	c->st.credit_stalls++;
+	if (!(flags & WIMM_F_WAIT))
+		return WIMM_E_AGAIN;
+	int64_t t0 = wimm_now_ns();
+	while (wimm_credit_tx_take(&c->tx, peer_released(c)) != 0) {
+		ret = wait_step(c, &b);
+		if (ret)
+			break;
+	}
+	c->st.credit_stall_ns += (uint64_t)(wimm_now_ns() - t0);
+	return ret;
+}
+
+/* An accepted connection whose transport is not up yet: AGAIN, or with
+ * WIMM_F_WAIT its set-up is waited for like a credit. */
+static int wait_up(struct wimm_conn *c, unsigned flags)
+{
+	struct backoff b = {0, 0};
+
+	while (c->state == CONN_ESTABLISHING) {
+		if (!(flags & WIMM_F_WAIT)) {
+			int ret = wimm_ctx_progress_into_backlog(c->ctx);
+			if (ret)
+				return ret;
+			return c->state == CONN_UP ? 0 : WIMM_E_AGAIN;
+		}
+		int ret = wait_step(c, &b);
+		if (ret)
+			return ret;
+	}
+	return c->state == CONN_UP ? 0 : WIMM_E_DISCONNECTED;
+}
+
+static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
+{
+	struct backoff b = {0, 0};
+	int ret;
+
+	if (c->state != CONN_UP) {
+		ret = wait_up(c, flags);
+		if (ret)
+			return ret;
+	}
+	if (doorbell) {
+		ret = take_credit(c, flags);
+		if (ret)
+			return ret;
+	}
+	wr->op_seq = c->op_seq;
+	/* A full send queue is AGAIN too; with WIMM_F_WAIT, wait it out. */
+	while ((ret = ops_of(c)->post(c->bconn, wr)) == WIMM_E_AGAIN && (flags & WIMM_F_WAIT)) {
+		ret = wait_step(c, &b);
+		if (ret)
+			break;
+	}
+	if (ret) {
+		if (doorbell)
+			c->tx.sent--; /* nothing went out: the credit is still ours */
+		return ret;
+	}
+	if (wr->signal)
+		conn_pending_push(c, c->op_seq, wr->op);
+	c->op_seq++;
+	c->st.ops_out++;
+	c->st.bytes_out += wr->len;
+	c->st.doorbells_out += doorbell ? 1u : 0u;
+	return 0;
+}
+
+static int check_conn(const struct wimm_conn *c, unsigned flags)
+{
+	if (!c || (flags & ~(WIMM_F_SIGNAL | WIMM_F_WAIT)))
+		return WIMM_E_INVAL;
+	if (c->state == CONN_DOWN)
+		return WIMM_E_DISCONNECTED;
+	return 0;
+}
+
+static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_t len)
+{
+	wr->len = len;
+	if (len > 0) {
+		wr->lmr = wimm_mr_bmr(mr);
+		wr->local = (char *)wr->lmr->addr + off;
+	}
+}
+
+static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+			size_t dst_off, size_t len, uint32_t imm, unsigned flags)
+{
+	int ret = check_conn(c, flags);
+	if (ret)
+		return ret;
+	ret = check_local(c, src, src_off, len);
+	if (ret)
+		return ret;
+	/* A zero-length doorbell touches no memory and needs no window. */
+	if (len > 0 || op == WIMM_OP_WRITE || dst_off != 0) {
+		ret = check_remote(c, dst_off, len, WIMM_HS_F_WINDOW_WRITE);
+		if (ret)
+			return ret;
+	}
+	struct wimm_wr wr = {
+	    .op = op,
+	    .raddr = c->peer.window_addr + dst_off,
+	    .rkey = c->peer.window_key,
+	    .imm = imm,
+	    .signal = !!(flags & WIMM_F_SIGNAL),
+	};
+	fill_local(&wr, src, src_off, len);
+	return post(c, &wr, op == WIMM_OP_WRITE_IMM, flags);
+}
+
+int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
+		   size_t len, uint32_t imm, unsigned flags)
+{
+	return write_common(c, WIMM_OP_WRITE_IMM, src, src_off, dst_off, len, imm, flags);
+}
+
+int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off, size_t len,
+	       unsigned flags)
+{
+	return write_common(c, WIMM_OP_WRITE, src, src_off, dst_off, len, 0, flags);
+}
+
+int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t len,
+		  uint32_t imm, unsigned flags)
+{
+	int ret = check_conn(c, flags);
+	if (ret)
+		return ret;
+	ret = check_local(c, src, src_off, len);
+	if (ret)
+		return ret;
+	if (c->peer.recv_size == 0)
+		return WIMM_E_NORECV;
+	if (len > c->peer.recv_size)
+		return WIMM_E_TRUNC;
+	struct wimm_wr wr = {
+	    .op = WIMM_OP_SEND_IMM, .imm = imm, .signal = !!(flags & WIMM_F_SIGNAL)};
+	fill_local(&wr, src, src_off, len);
+	return post(c, &wr, 1, flags);
+}
+
+int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
+	      unsigned flags)
+{
+	int ret = check_conn(c, flags);
+	if (ret)
+		return ret;
+	ret = check_local(c, dst, dst_off, len);
+	if (ret)
+		return ret;
+	ret = check_remote(c, src_off, len, WIMM_HS_F_WINDOW_READ);
+	if (ret)
+		return ret;
+	/* A read is only useful with its completion: always signaled. */
+	struct wimm_wr wr = {
+	    .op = WIMM_OP_READ,
+	    .raddr = c->peer.window_addr + src_off,
+	    .rkey = c->peer.window_key,
+	    .signal = 1,
+	};
+	fill_local(&wr, dst, dst_off, len);
+	return post(c, &wr, 0, flags);
+}
