@@ -28,7 +28,8 @@
 #include "wimm.h"
 
 #define MAX_PROCS 64
-#define BIG_BUDGET (1u << 22)
+
+static double idle_secs = 0.3;
 
 static double now_s(void)
 {
@@ -66,7 +67,6 @@ static void raise_nofile(void)
  * one only, 'S' stop, 'Q' quit. */
 static int client_main(const char *fabric, const char *addr, int nconn, int cmd_fd, int ready_fd)
 {
-	struct wimm_ctx_attr cattr = {.cq_budget = BIG_BUDGET};
 	struct wimm_conn **conns = calloc((size_t)nconn, sizeof(*conns));
 	struct wimm_event ev[32];
 	struct wimm_ctx *ctx;
@@ -77,7 +77,7 @@ static int client_main(const char *fabric, const char *addr, int nconn, int cmd_
 	uint64_t iter = 0;
 
 	raise_nofile();
-	ret = wimm_ctx_open(fabric, &cattr, &ctx);
+	ret = wimm_ctx_open(fabric, NULL, &ctx);
 	if (ret)
 		die("client ctx_open", ret, NULL);
 	ret = wimm_mr_reg(ctx, &word, sizeof(word), WIMM_LOCAL, &mr);
@@ -90,6 +90,9 @@ static int client_main(const char *fabric, const char *addr, int nconn, int cmd_
 		ret = wimm_connect(ctx, addr, NULL, 20000, &conns[i]);
 		if (ret)
 			die("connect", ret, ctx);
+		/* Heartbeats: the connections made so far must not fall
+		 * silent while the rest are made (liveness_ms). */
+		wimm_poll(ctx, ev, 32);
 	}
 	if (write(ready_fd, "r", 1) != 1)
 		return 1;
@@ -104,10 +107,17 @@ static int client_main(const char *fabric, const char *addr, int nconn, int cmd_
 				streaming = cmd == 'A' ? nconn : cmd == '1' ? 1 : 0;
 			}
 		}
+		int posted = 0;
+
 		for (int i = 0; i < streaming; i++)
-			wimm_write_imm(conns[i], mr, 0, 0, 0, (uint32_t)i, 0);
-		/* Credits come back through the poll. */
-		wimm_poll(ctx, ev, 32);
+			posted += wimm_write_imm(conns[i], mr, 0, 0, 0, (uint32_t)i, 0) == 0;
+		/* Credits come back through the poll. Out of them everywhere:
+		 * sleep until they come, leaving the CPU to the server (two
+		 * cores for everyone here). */
+		if (streaming && !posted)
+			wimm_wait(ctx, ev, 32, WIMM_WAIT_BLOCK, 1);
+		else
+			wimm_poll(ctx, ev, 32);
 	}
 	for (int i = 0; i < nconn; i++)
 		wimm_conn_delete(&conns[i]);
@@ -190,7 +200,6 @@ static void measure(struct wimm_ctx *ctx, double secs, double *rate, double *ns_
 
 static void run_one(struct run *r, const char *self, const char *fabric, double secs)
 {
-	struct wimm_ctx_attr attr = {.cq_budget = BIG_BUDGET};
 	struct wimm_conn **conns = calloc((size_t)r->n, sizeof(*conns));
 	struct wimm_listener *l;
 	struct wimm_ctx *ctx;
@@ -198,7 +207,8 @@ static void run_one(struct run *r, const char *self, const char *fabric, double 
 	int ready[2], accepted = 0, ret;
 	double t0, unused;
 
-	ret = wimm_ctx_open(fabric, &attr, &ctx);
+	/* Default attributes: the CQ grows as connections come. */
+	ret = wimm_ctx_open(fabric, NULL, &ctx);
 	if (ret)
 		die("ctx_open", ret, NULL);
 	ret = wimm_listen(ctx, "127.0.0.1:0", NULL, &l);
@@ -219,7 +229,7 @@ static void run_one(struct run *r, const char *self, const char *fabric, double 
 	}
 	r->connect_rate = r->n / (now_s() - t0);
 	wait_ready(r, ready[0]);
-	measure(ctx, 0.3, &unused, &r->idle_ns);
+	measure(ctx, idle_secs, &unused, &r->idle_ns);
 	tell(r, 0, '1');
 	measure(ctx, secs, &r->busy_rate, &r->busy_ns);
 	tell(r, -1, 'A');
@@ -250,8 +260,11 @@ int main(int argc, char **argv)
 
 	if (argc == 7 && !strcmp(argv[1], "--client"))
 		return client_main(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
-	while ((opt = getopt(argc, argv, "f:n:p:t:h")) != -1) {
+	while ((opt = getopt(argc, argv, "f:n:p:t:i:h")) != -1) {
 		switch (opt) {
+		case 'i':
+			idle_secs = atof(optarg);
+			break;
 		case 'f':
 			fabric = optarg;
 			break;
@@ -267,7 +280,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(stderr,
 				"usage: %s [-f FABRIC] [-n N,N,...] [-p PROCS] "
-				"[-t SECONDS]\n",
+				"[-t SECONDS] [-i IDLE_SECONDS]\n",
 				argv[0]);
 			return 2;
 		}
