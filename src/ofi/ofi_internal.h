@@ -29,7 +29,7 @@
 #define OFI_SCAN_EVERY 8	   /* MSG: readiness scan at least every 8th poll */
 #define OFI_LINGER 4		   /* MSG: empty reads before a busy conn goes cold */
 #define OFI_LANE_PEERS 256	   /* shm: SMR_MAX_PEERS, what one endpoint maps */
-#define OFI_LANE_CQ_MIN 1024
+#define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
 

@@ -29,6 +29,7 @@
  * of later such operations on its lane. A lane that lost a peer that way
  * is retired: it takes no new connections and closes with its last one. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -59,8 +60,12 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 	if (!l)
 		return WIMM_E_NOMEM;
 	/* Room for what the core may have outstanding, within reason: CQ
-	 * entries are allocated up front (about 50 bytes each). */
+	 * entries are allocated up front (about 50 bytes each). Each new lane
+	 * at least doubles the last, so a context that grows to many
+	 * connections ends up with few lanes. */
 	l->cq_size = x->cq_budget;
+	if (x->lanes && l->cq_size < 2 * x->lanes->cq_size)
+		l->cq_size = 2 * x->lanes->cq_size;
 	if (l->cq_size < OFI_LANE_CQ_MIN)
 		l->cq_size = OFI_LANE_CQ_MIN;
 	if (l->cq_size > OFI_LANE_CQ_MAX)
@@ -104,6 +109,8 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 	}
 	l->next = x->lanes;
 	x->lanes = l;
+	if (getenv("WIMM_OFI_DEBUG"))
+		fprintf(stderr, "lane %p opened (cq %zu)\n", (void *)l, l->cq_size);
 	*out = l;
 	return 0;
 
