@@ -93,6 +93,7 @@ struct ofi_ctx {
 	struct ofi_conn *hot;
 	uint32_t nhot;
 	struct ofi_lane *lanes, *lane_rr;
+	uint32_t nkick; /* RDM: connections with kicking set */
 	uint32_t polls;
 	uint64_t ctrl_next_ns;
 	struct fid **fids; /* scratch for fi_trywait */
@@ -138,6 +139,8 @@ struct ofi_conn {
 	int down_status, down_prov;
 	uint8_t peer_name[OFI_NAME_MAX]; /* RDM: the peer's endpoint */
 	size_t peer_name_len;
+	int kicking; /* RDM passive: our name not yet taken (ofi_kick_pending) */
+	int64_t kick_deadline;
 	uint8_t *frame; /* RDM accept: our handshake, sent by conn_ready */
 	size_t frame_len;
 
@@ -215,6 +218,7 @@ struct ofi_conn *ofi_cookie_conn(struct ofi_ctx *x, const void *k);
 int ofi_fids_reserve(struct ofi_ctx *x, size_t n);
 
 /* ofi_cm.c */
+int ofi_sockaddr_port(const struct sockaddr *sa);
 int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out);
 void ofi_listener_close(void *blis);
 int ofi_listener_fd(void *blis);
@@ -229,6 +233,18 @@ int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer);
 /* MSG: one CM event of the shared EQ, to the connection it names. */
 void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_entry *e, size_t len);
 void ofi_eq_drain(struct ofi_ctx *x);
+
+/* ofi_sock.c (RDM) */
+int ofi_send_frame(int fd, const uint8_t *hs, size_t len, int64_t deadline);
+int ofi_sock_code(int err);
+int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out);
+int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
+		     size_t *hs_len);
+void ofi_req_peer_name(struct ofi_req *req, const uint8_t *hs, size_t len);
+int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *port, const uint8_t *hs,
+		     size_t hs_len, uint8_t *reply, size_t *reply_len, int64_t deadline);
+int ofi_sock_conn_ready(struct ofi_conn *c, const struct wimm_handshake *peer);
+void ofi_kick_pending(struct ofi_ctx *x);
 
 /* ofi_lane.c (RDM) */
 int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req);

@@ -29,7 +29,6 @@
  * of later such operations on its lane. A lane that lost a peer that way
  * is retired: it takes no new connections and closes with its last one. */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -109,8 +108,6 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 	}
 	l->next = x->lanes;
 	x->lanes = l;
-	if (getenv("WIMM_OFI_DEBUG"))
-		fprintf(stderr, "lane %p opened (cq %zu)\n", (void *)l, l->cq_size);
 	*out = l;
 	return 0;
 

@@ -387,6 +387,8 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 		}
 		return got;
 	}
+	if (x->nkick)
+		ofi_kick_pending(x);
 	got = ofi_poll_lanes(x, out, n);
 	/* The liveness sockets at most every 1 ms, busy or not; the clock
 	 * itself only every 64th poll (even the coarse clock costs a few

@@ -389,7 +389,8 @@ static void t_many(struct server *s, int total)
 		die("pipe", -errno, NULL);
 	for (int i = 0; i < PROCS; i++)
 		pid[i] = spawn(s, "many", total / PROCS + (i < total % PROCS), -1, go[0]);
-	for (double end = now_ms() + 180000; doorbells < (long)total * PER_CONN && now_ms() < end;) {
+	for (double end = now_ms() + 180000;
+	     doorbells < (long)total * PER_CONN && now_ms() < end;) {
 		int k = wimm_poll(s->ctx, ev, 32);
 
 		for (int i = 0; i < k; i++) {
@@ -401,8 +402,7 @@ static void t_many(struct server *s, int total)
 			t_all = now_ms();
 	}
 	printf("# %d of %d connections accepted in %.0f ms, %ld of %ld doorbells; server fds %d\n",
-	       n, total, t_all ? t_all - t0 : -1.0, doorbells, (long)total * PER_CONN,
-	       count_fds());
+	       n, total, t_all ? t_all - t0 : -1.0, doorbells, (long)total * PER_CONN, count_fds());
 	check(n == total, "many: every connection accepted with default attributes");
 	check(doorbells == (long)total * PER_CONN, "many: every connection delivered");
 	for (int i = 0; i < PROCS; i++)
