@@ -275,6 +275,8 @@ int ofi_convert_err(struct ofi_conn *c, const struct fi_cq_err_entry *err, struc
 		    struct wimm_cqe *e);
 void ofi_conn_stash_cq(struct ofi_conn *c);
 void ofi_conn_down(struct ofi_conn *c, int status, int prov_err);
+/* RDM: has the peer closed its liveness socket? (conn_down if so) */
+void ofi_check_sock(struct ofi_conn *c);
 void ofi_hot_add(struct ofi_conn *c);
 void ofi_hot_del(struct ofi_conn *c);
 int ofi_poll(void *bctx, struct wimm_cqe *out, int n);

@@ -119,9 +119,18 @@ err_close:
 /* Does a connection of lane l already talk to the peer `name`? */
 static int ofi_lane_has_peer(struct ofi_ctx *x, struct ofi_lane *l, const uint8_t *name, size_t len)
 {
-	for (struct ofi_conn *c = x->conns; c; c = c->next)
-		if (c->lane == l && c->peer_name_len == len && !memcmp(c->peer_name, name, len))
+	for (struct ofi_conn *c = x->conns; c; c = c->next) {
+		if (c->lane != l || c->peer == FI_ADDR_UNSPEC || c->peer_name_len != len ||
+		    memcmp(c->peer_name, name, len))
+			continue;
+		/* A peer that closes and connects again (from the same lane of
+		 * its own) is usually here before we noticed the close: look
+		 * now, a closed one is cut from the lane (ofi_lane_push_down). */
+		if (c->sock >= 0 && c->in_epoll_sock)
+			ofi_check_sock(c);
+		if (c->peer != FI_ADDR_UNSPEC)
 			return 1;
+	}
 	return 0;
 }
 
@@ -146,6 +155,8 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 		ret = ofi_lane_open(x, need, &l);
 		if (ret)
 			return ret;
+	} else if (l->ndead) {
+		ofi_lane_fill(l, x, 0); /* a peer just cut above: bury it first */
 	}
 	l->members++;
 	l->cq_reserved += need;
@@ -216,6 +227,9 @@ int ofi_lane_insert(struct ofi_conn *c, const uint8_t *name, size_t len)
 	ret = fi_av_insert(l->av, name, 1, &a, 0, NULL);
 	if (ret != 1)
 		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
+	for (uint32_t i = 0; i < l->ndead; i++)
+		if (l->dead[i] == a)
+			a = OFI_LANE_PEERS; /* still to be buried: the same entry */
 	if (a >= OFI_LANE_PEERS || l->peer[a]) {
 		/* The same pair of lanes twice (see the top): refuse rather
 		 * than mix up two connections' doorbells. */
@@ -409,4 +423,7 @@ void ofi_lane_push_down(struct ofi_conn *c)
 		return; /* stays down_pending; arm/poll report nothing more */
 	wimm_cqe_conn_down(&r->e, c->core, c->down_status, c->down_prov);
 	ofi_ring_push(l, c, r);
+	/* Nothing more of it can come (its socket is closed): its AV entry
+	 * goes, so that the peer may connect again through this lane. */
+	ofi_lane_cut(c);
 }

@@ -313,7 +313,7 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 
 /* ------------------------------------------------------- control plane */
 
-static void ofi_check_sock(struct ofi_conn *c)
+void ofi_check_sock(struct ofi_conn *c)
 {
 	char b;
 	ssize_t r;
