@@ -26,40 +26,11 @@
 #include <unistd.h>
 
 #include "wimm.h"
+#include "../tests/scale/load_util.h"
 
 #define MAX_PROCS 64
 
 static double idle_secs = 0.3;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, int ret, struct wimm_ctx *ctx)
-{
-	const char *text = "";
-
-	if (ctx)
-		wimm_provider_error(ctx, &text);
-	fprintf(stderr, "wimm_scale[%d]: %s: %d %s\n", (int)getpid(), what, ret, text);
-	exit(1);
-}
-
-/* The application's choice, not the library's: many connections need
- * more descriptors than the usual soft limit of 1024. */
-static void raise_nofile(void)
-{
-	struct rlimit r;
-
-	if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-		r.rlim_cur = r.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &r);
-	}
-}
 
 /* ------------------------------------------------------------------ client */
 
@@ -71,25 +42,18 @@ static int client_main(const char *fabric, const char *addr, int nconn, int cmd_
 	struct wimm_event ev[32];
 	struct wimm_ctx *ctx;
 	struct wimm_mr *mr;
-	static uint64_t word;
 	int streaming = 0, ret;
 	char go;
 	uint64_t iter = 0;
 
-	raise_nofile();
-	ret = wimm_ctx_open(fabric, NULL, &ctx);
-	if (ret)
-		die("client ctx_open", ret, NULL);
-	ret = wimm_mr_reg(ctx, &word, sizeof(word), WIMM_LOCAL, &mr);
-	if (ret)
-		die("client mr_reg", ret, ctx);
+	ctx = load_client_open(fabric, &mr);
 	/* Opened: connect when told, so the rate leaves process start-up out. */
 	if (write(ready_fd, "o", 1) != 1 || read(cmd_fd, &go, 1) != 1)
 		return 1;
 	for (int i = 0; i < nconn; i++) {
 		ret = wimm_connect(ctx, addr, NULL, 20000, &conns[i]);
 		if (ret)
-			die("connect", ret, ctx);
+			load_die("connect", ret, ctx);
 		/* Heartbeats: the connections made so far must not fall
 		 * silent while the rest are made (liveness_ms). */
 		wimm_poll(ctx, ev, 32);
@@ -140,7 +104,7 @@ static void tell(struct run *r, int who, char cmd)
 {
 	for (int i = 0; i < r->procs; i++)
 		if ((who < 0 || who == i) && write(r->cmd[i], &cmd, 1) != 1)
-			die("tell", -errno, NULL);
+			load_die("tell", -errno, NULL);
 }
 
 static void spawn(struct run *r, const char *self, const char *fabric, const char *addr,
@@ -152,7 +116,7 @@ static void spawn(struct run *r, const char *self, const char *fabric, const cha
 		int share = r->n / r->procs + (i < r->n % r->procs);
 
 		if (pipe(p))
-			die("pipe", -errno, NULL);
+			load_die("pipe", -errno, NULL);
 		snprintf(n, sizeof(n), "%d", share);
 		snprintf(cfd, sizeof(cfd), "%d", p[0]);
 		snprintf(rfd, sizeof(rfd), "%d", ready_w);
@@ -183,7 +147,7 @@ static void measure(struct wimm_ctx *ctx, double secs, double *rate, double *ns_
 {
 	struct wimm_event ev[32];
 	uint64_t events = 0, polls = 0;
-	double t0 = now_s(), t;
+	double t0 = (load_now_ms() / 1e3), t;
 
 	do {
 		for (int k = 0; k < 64; k++, polls++) {
@@ -192,7 +156,7 @@ static void measure(struct wimm_ctx *ctx, double secs, double *rate, double *ns_
 			for (int i = 0; i < got; i++)
 				events += ev[i].type == WIMM_EV_WRITE_IMM;
 		}
-		t = now_s();
+		t = (load_now_ms() / 1e3);
 	} while (t - t0 < secs);
 	*rate = (double)events / (t - t0);
 	*ns_per_poll = (t - t0) * 1e9 / (double)polls;
@@ -210,24 +174,24 @@ static void run_one(struct run *r, const char *self, const char *fabric, double 
 	/* Default attributes: the CQ grows as connections come. */
 	ret = wimm_ctx_open(fabric, NULL, &ctx);
 	if (ret)
-		die("ctx_open", ret, NULL);
+		load_die("ctx_open", ret, NULL);
 	ret = wimm_listen(ctx, "127.0.0.1:0", NULL, &l);
 	if (ret)
-		die("listen", ret, ctx);
+		load_die("listen", ret, ctx);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", wimm_listener_port(l));
 	if (pipe(ready))
-		die("pipe", -errno, NULL);
+		load_die("pipe", -errno, NULL);
 	spawn(r, self, fabric, addr, ready[1]);
 	wait_ready(r, ready[0]);
-	t0 = now_s();
+	t0 = (load_now_ms() / 1e3);
 	tell(r, -1, 'C');
 	while (accepted < r->n) {
 		ret = wimm_accept(l, 20000, &conns[accepted]);
 		if (ret)
-			die("accept", ret, ctx);
+			load_die("accept", ret, ctx);
 		accepted++;
 	}
-	r->connect_rate = r->n / (now_s() - t0);
+	r->connect_rate = r->n / ((load_now_ms() / 1e3) - t0);
 	wait_ready(r, ready[0]);
 	measure(ctx, idle_secs, &unused, &r->idle_ns);
 	tell(r, 0, '1');
@@ -256,7 +220,6 @@ int main(int argc, char **argv)
 	int procs = 8, opt;
 	double secs = 1.0;
 	char self[4096];
-	ssize_t sl;
 
 	if (argc == 7 && !strcmp(argv[1], "--client"))
 		return client_main(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
@@ -287,12 +250,9 @@ int main(int argc, char **argv)
 	}
 	if (procs < 1 || procs > MAX_PROCS)
 		procs = 8;
-	sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (sl <= 0)
-		die("readlink /proc/self/exe", -errno, NULL);
-	self[sl] = '\0';
+	load_self(self, sizeof(self));
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	load_raise_nofile();
 
 	printf(
 	    "| fabric | N | procs | connect/s | idle poll ns | 1-busy doorbells/s | 1-busy poll ns "

@@ -308,7 +308,9 @@ static void ofi_eq_error(struct ofi_ctx *x)
 	}
 }
 
-void ofi_eq_drain(struct ofi_ctx *x)
+/* One event of the shared EQ, waiting up to wait_ms (0: not at all), to
+ * whom it concerns. 0 when one was handled, else the negative fi_errno. */
+static ssize_t ofi_eq_one(struct ofi_ctx *x, int wait_ms)
 {
 	union {
 		struct fi_eq_cm_entry e;
@@ -317,16 +319,22 @@ void ofi_eq_drain(struct ofi_ctx *x)
 	uint32_t event;
 	ssize_t r;
 
-	for (;;) {
-		r = fi_eq_read(x->eq, &event, &u, sizeof(u), 0);
-		if (r == -FI_EAVAIL) {
-			ofi_eq_error(x);
-			continue;
-		}
-		if (r < 0)
-			return;
-		ofi_eq_dispatch(x, event, &u.e, (size_t)r);
+	r = wait_ms ? fi_eq_sread(x->eq, &event, &u, sizeof(u), wait_ms, 0)
+		    : fi_eq_read(x->eq, &event, &u, sizeof(u), 0);
+	if (r == -FI_EAVAIL) {
+		ofi_eq_error(x);
+		return 0;
 	}
+	if (r < 0)
+		return r;
+	ofi_eq_dispatch(x, event, &u.e, (size_t)r);
+	return 0;
+}
+
+void ofi_eq_drain(struct ofi_ctx *x)
+{
+	while (ofi_eq_one(x, 0) == 0)
+		;
 }
 
 /* Wait for FI_CONNECTED of c; the shared EQ may bring other connections'
@@ -334,18 +342,10 @@ void ofi_eq_drain(struct ofi_ctx *x)
 static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline)
 {
 	struct ofi_ctx *x = c->ctx;
-	union {
-		struct fi_eq_cm_entry e;
-		uint8_t b[OFI_CM_BUF];
-	} u;
-	uint32_t event;
-	ssize_t r;
 
 	while (!c->connected && !c->cm_err) {
-		int wait = wimm_remaining_ms(deadline);
+		ssize_t r = ofi_eq_one(x, wimm_remaining_ms(deadline));
 
-		r = wait ? fi_eq_sread(x->eq, &event, &u, sizeof(u), wait, 0)
-			 : fi_eq_read(x->eq, &event, &u, sizeof(u), 0);
 		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
 			if (wimm_remaining_ms(deadline) > 0)
 				continue;
@@ -353,13 +353,8 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline)
 						    "no FI_CONNECTED in time");
 			return WIMM_E_TIMEDOUT;
 		}
-		if (r == -FI_EAVAIL) {
-			ofi_eq_error(x);
-			continue;
-		}
 		if (r < 0)
 			return ofi_err(x, (int)r, "fi_eq_sread");
-		ofi_eq_dispatch(x, event, &u.e, (size_t)r);
 	}
 	c->cm_reply = NULL;
 	if (c->cm_refused) {

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "wimm.h"
+#include "load_util.h"
 
 #define PER_CONN 4 /* doorbells each connection of `many` delivers */
 
@@ -37,24 +38,6 @@ static void check(int ok, const char *what)
 	printf("%s - %s\n", ok ? "ok" : "not ok", what);
 	fflush(stdout);
 	failures += !ok;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static void die(const char *what, int ret, struct wimm_ctx *ctx)
-{
-	const char *text = "";
-
-	if (ctx)
-		wimm_provider_error(ctx, &text);
-	fprintf(stderr, "wimm_server_load[%d]: %s: %d %s\n", (int)getpid(), what, ret, text);
-	exit(2);
 }
 
 static int count_fds(void)
@@ -71,16 +54,6 @@ static int count_fds(void)
 	return n - 1; /* the DIR's own */
 }
 
-static void raise_nofile(void)
-{
-	struct rlimit r;
-
-	if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-		r.rlim_cur = r.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &r);
-	}
-}
-
 /* ----------------------------------------------------------------- clients */
 
 /* "stream": connect, report the connect time (ms, one line on fd), stream
@@ -92,25 +65,18 @@ static int client_main(const char *fabric, const char *addr, const char *mode, i
 	struct wimm_event ev[32];
 	struct wimm_ctx *ctx;
 	struct wimm_mr *mr;
-	static uint64_t word;
 	int ret;
 
-	raise_nofile();
-	ret = wimm_ctx_open(fabric, NULL, &ctx);
-	if (ret)
-		die("client ctx_open", ret, NULL);
-	ret = wimm_mr_reg(ctx, &word, sizeof(word), WIMM_LOCAL, &mr);
-	if (ret)
-		die("client mr_reg", ret, ctx);
+	ctx = load_client_open(fabric, &mr);
 	if (!strcmp(mode, "stream")) {
 		struct wimm_conn *c;
-		double t0 = now_ms();
+		double t0 = load_now_ms();
 		char line[32];
 
 		ret = wimm_connect(ctx, addr, NULL, 5000, &c);
 		if (ret)
-			die("connect", ret, ctx);
-		snprintf(line, sizeof(line), "%.0f\n", now_ms() - t0);
+			load_die("connect", ret, ctx);
+		snprintf(line, sizeof(line), "%.0f\n", load_now_ms() - t0);
 		if (write(fd, line, strlen(line)) < 0)
 			return 2;
 		for (uint32_t i = 0;; i++) {
@@ -124,10 +90,10 @@ static int client_main(const char *fabric, const char *addr, const char *mode, i
 
 			ret = wimm_connect(ctx, addr, NULL, 5000, &c);
 			if (ret)
-				die("connect (cycles)", ret, ctx);
+				load_die("connect (cycles)", ret, ctx);
 			for (int i = 0; i < 8; i++)
 				if (wimm_write_imm(c, mr, 0, 0, 0, (uint32_t)i, WIMM_F_WAIT))
-					die("write_imm (cycles)", -1, ctx);
+					load_die("write_imm (cycles)", -1, ctx);
 			wimm_conn_close(&c, 2000);
 			if (write(fd, "c", 1) != 1)
 				return 2;
@@ -140,13 +106,13 @@ static int client_main(const char *fabric, const char *addr, const char *mode, i
 		for (int k = 0; k < arg; k++) {
 			ret = wimm_connect(ctx, addr, NULL, 60000, &cs[k]);
 			if (ret)
-				die("connect (many)", ret, ctx);
+				load_die("connect (many)", ret, ctx);
 			wimm_poll(ctx, ev, 32); /* heartbeats of the earlier ones */
 		}
 		for (int k = 0; k < arg; k++)
 			for (int i = 0; i < PER_CONN; i++)
 				if (wimm_write_imm(cs[k], mr, 0, 0, 0, (uint32_t)i, WIMM_F_WAIT))
-					die("write_imm (many)", -1, ctx);
+					load_die("write_imm (many)", -1, ctx);
 		for (;;) {
 			struct pollfd p = {.fd = 0, .events = POLLIN};
 
@@ -177,10 +143,10 @@ static void server_open(struct server *s, const char *self, const char *fabric)
 	int ret = wimm_ctx_open(fabric, NULL, &s->ctx);
 
 	if (ret)
-		die("ctx_open", ret, NULL);
+		load_die("ctx_open", ret, NULL);
 	ret = wimm_listen(s->ctx, "127.0.0.1:0", NULL, &s->l);
 	if (ret)
-		die("listen", ret, s->ctx);
+		load_die("listen", ret, s->ctx);
 	snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", wimm_listener_port(s->l));
 	s->self = self;
 	s->fabric = fabric;
@@ -243,10 +209,10 @@ static void t_control(struct server *s)
 	pid_t a, b = 0;
 
 	if (pipe(pa) || pipe(pb))
-		die("pipe", -errno, NULL);
+		load_die("pipe", -errno, NULL);
 	a = spawn(s, "stream", 0, pa[1], -1);
-	deadline = now_ms() + 20000;
-	while (now_ms() < deadline && !t_down) {
+	deadline = load_now_ms() + 20000;
+	while (load_now_ms() < deadline && !t_down) {
 		int k = wimm_poll(s->ctx, ev, 32);
 
 		for (int i = 0; i < k; i++) {
@@ -262,7 +228,7 @@ static void t_control(struct server *s)
 				}
 			}
 			if (ev[i].type == WIMM_EV_DISCONNECT && ev[i].conn == cs[0] && t_kill)
-				t_down = now_ms();
+				t_down = load_now_ms();
 		}
 		/* A streams: now B connects. */
 		if (!b && from_a > 20000)
@@ -270,11 +236,11 @@ static void t_control(struct server *s)
 		/* B streams too: now A dies. */
 		if (b && !t_kill && from_b > 2000) {
 			kill(a, SIGKILL);
-			t_kill = now_ms();
+			t_kill = load_now_ms();
 		}
 	}
 	/* B keeps delivering after A's death. */
-	for (double end = now_ms() + 200; now_ms() < end;) {
+	for (double end = load_now_ms() + 200; load_now_ms() < end;) {
 		int k = wimm_poll(s->ctx, ev, 32);
 
 		for (int i = 0; i < k; i++)
@@ -296,7 +262,7 @@ static void t_control(struct server *s)
 	if (b)
 		waitpid(b, NULL, 0);
 	/* B's DISCONNECT, then nothing of either is left. */
-	for (double end = now_ms() + 2000; n && now_ms() < end;) {
+	for (double end = load_now_ms() + 2000; n && load_now_ms() < end;) {
 		int k = wimm_poll(s->ctx, ev, 32);
 
 		for (int i = 0; i < k; i++)
@@ -321,9 +287,9 @@ static void t_cycles(struct server *s, int cycles)
 	pid_t pid;
 
 	if (pipe(p))
-		die("pipe", -errno, NULL);
+		load_die("pipe", -errno, NULL);
 	pid = spawn(s, "cycles", cycles, p[1], -1);
-	for (double end = now_ms() + 120000; done < cycles && now_ms() < end;) {
+	for (double end = load_now_ms() + 120000; done < cycles && load_now_ms() < end;) {
 		struct pollfd pf = {.fd = p[0], .events = POLLIN};
 		int k = wimm_poll(s->ctx, ev, 32);
 		char c;
@@ -340,7 +306,7 @@ static void t_cycles(struct server *s, int cycles)
 			/* Measured between cycles, when the server holds no
 			 * connection: after the client's close reached us. */
 			if (done == cycles / 10 || done == cycles) {
-				for (double e2 = now_ms() + 2000; n && now_ms() < e2;) {
+				for (double e2 = load_now_ms() + 2000; n && load_now_ms() < e2;) {
 					k = wimm_poll(s->ctx, ev, 32);
 					for (int i = 0; i < k; i++) {
 						doorbells += ev[i].type == WIMM_EV_WRITE_IMM;
@@ -383,14 +349,14 @@ static void t_many(struct server *s, int total)
 	pid_t pid[PROCS];
 	int n = 0, go[2];
 	long doorbells = 0;
-	double t0 = now_ms(), t_all = 0;
+	double t0 = load_now_ms(), t_all = 0;
 
 	if (pipe(go))
-		die("pipe", -errno, NULL);
+		load_die("pipe", -errno, NULL);
 	for (int i = 0; i < PROCS; i++)
 		pid[i] = spawn(s, "many", total / PROCS + (i < total % PROCS), -1, go[0]);
-	for (double end = now_ms() + 180000;
-	     doorbells < (long)total * PER_CONN && now_ms() < end;) {
+	for (double end = load_now_ms() + 180000;
+	     doorbells < (long)total * PER_CONN && load_now_ms() < end;) {
 		int k = wimm_poll(s->ctx, ev, 32);
 
 		for (int i = 0; i < k; i++) {
@@ -399,7 +365,7 @@ static void t_many(struct server *s, int total)
 			doorbells += ev[i].type == WIMM_EV_WRITE_IMM;
 		}
 		if (n == total && !t_all)
-			t_all = now_ms();
+			t_all = load_now_ms();
 	}
 	printf("# %d of %d connections accepted in %.0f ms, %ld of %ld doorbells; server fds %d\n",
 	       n, total, t_all ? t_all - t0 : -1.0, doorbells, (long)total * PER_CONN, count_fds());
@@ -423,7 +389,6 @@ int main(int argc, char **argv)
 {
 	struct server s;
 	char self[4096];
-	ssize_t sl;
 
 	if (argc == 7 && !strcmp(argv[1], "--client"))
 		return client_main(argv[2], argv[3], argv[4], atoi(argv[5]), atoi(argv[6]));
@@ -431,12 +396,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s FABRIC control|cycles [N]|many [N]\n", argv[0]);
 		return 2;
 	}
-	sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (sl <= 0)
-		die("readlink", -errno, NULL);
-	self[sl] = '\0';
+	load_self(self, sizeof(self));
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	load_raise_nofile();
 	server_open(&s, self, argv[1]);
 	if (!strcmp(argv[2], "control"))
 		t_control(&s);
