@@ -176,6 +176,7 @@ void ofi_lane_cut(struct ofi_conn *c)
 {
 	struct ofi_lane *l = c->lane;
 
+	/* -FI_ENOENT for a slot that completed meanwhile: nothing to do. */
 	if (c->slots_posted)
 		for (uint32_t i = 0; i < c->rx_depth; i++)
 			fi_cancel(&l->ep->fid, ofi_cookie(c, 1, i));
@@ -322,11 +323,15 @@ static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
 }
 
 /* The CQ holds nothing of the dead peers any more: out of the AV. */
-static void ofi_lane_bury(struct ofi_lane *l)
+static void ofi_lane_bury(struct ofi_lane *l, struct ofi_ctx *x)
 {
+	int ret;
+
 	if (!l->ndead)
 		return;
-	fi_av_remove(l->av, l->dead, l->ndead, 0);
+	ret = fi_av_remove(l->av, l->dead, l->ndead, 0);
+	if (ret)
+		ofi_err(x, ret, "fi_av_remove (lane)");
 	l->ndead = 0;
 }
 
@@ -345,7 +350,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			break;
 		r = fi_cq_readfrom(l->cq, d, want, src);
 		if (r == -FI_EAGAIN) {
-			ofi_lane_bury(l);
+			ofi_lane_bury(l, x);
 			break;
 		}
 		if (r == -FI_EAVAIL) {
@@ -368,7 +373,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 		}
 		read += (uint32_t)r;
 		if ((size_t)r < want) {
-			ofi_lane_bury(l);
+			ofi_lane_bury(l, x);
 			break;
 		}
 	}

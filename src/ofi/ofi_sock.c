@@ -354,7 +354,12 @@ static int ofi_kick_once(struct ofi_conn *c)
 	struct fi_rma_iov rma = {0};
 	struct fi_msg_rma m = {.addr = c->peer, .rma_iov = &rma, .rma_iov_count = 1};
 
-	return fi_writemsg(c->ep, &m, FI_INJECT) != -FI_EAGAIN;
+	ssize_t ret = fi_writemsg(c->ep, &m, FI_INJECT);
+
+	/* Any other failure is the first post's to report; say it now too. */
+	if (ret && ret != -FI_EAGAIN)
+		ofi_err(c->ctx, (int)ret, "fi_writemsg (first write to the peer)");
+	return ret != -FI_EAGAIN;
 }
 
 /* Active side, inside connect (which may block until its timeout): while
