@@ -44,6 +44,7 @@ struct bench_opts {
 	int port_given;
 	int self;
 	int json;
+	int stats; /* print each context's counters (wimm_ctx_stats) at the end */
 	enum wimm_wait_mode wait_mode;
 	uint32_t depth;
 	int timeout_ms; /* longest silence from the peer; -1: wait forever */

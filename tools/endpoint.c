@@ -252,8 +252,33 @@ void ep_connect(struct endpoint *ep, const char *host, int port)
 	check_peer(ep);
 }
 
+/* The context's counters, one labelled line each (wimm rate --stats). */
+static void ep_print_stats(const struct endpoint *ep)
+{
+	struct wimm_ctx_stats st;
+
+	if (wimm_ctx_stats(ep->ctx, &st))
+		return;
+	const struct wimm_conn_stats *t = &st.total;
+	fprintf(stderr,
+		"%s stats: doorbells in %llu out %llu, bytes in %llu out %llu, ops %llu, "
+		"credit stalls %llu (%.3f ms waited), credit returns %llu, heartbeats out %llu "
+		"in %llu, errors %llu, events %llu, connections %llu open / %llu accepted / %llu "
+		"made, CQ %u of %u reserved\n",
+		ep->role, (unsigned long long)t->doorbells_in, (unsigned long long)t->doorbells_out,
+		(unsigned long long)t->bytes_in, (unsigned long long)t->bytes_out,
+		(unsigned long long)t->ops_out, (unsigned long long)t->credit_stalls,
+		(double)t->credit_stall_ns / 1e6, (unsigned long long)t->credit_returns,
+		(unsigned long long)t->heartbeats_out, (unsigned long long)t->heartbeats_in,
+		(unsigned long long)t->errors, (unsigned long long)st.events,
+		(unsigned long long)st.conns_open, (unsigned long long)st.accepted,
+		(unsigned long long)st.connected, st.cq_reserved, st.cq_capacity);
+}
+
 void ep_close(struct endpoint *ep)
 {
+	if (ep->opts->stats && ep->ctx)
+		ep_print_stats(ep);
 	int rc = wimm_conn_delete(&ep->conn);
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: close the connection", ep->role);

@@ -58,6 +58,7 @@ void cli_usage(FILE *f)
 	      "  --timeout SEC give up when the peer stays silent this long (default 30,\n"
 	      "                0: never); a server without it waits for its client forever\n"
 	      "  --json        one JSON object on stdout\n"
+	      "  --stats       each side's context counters at the end, on stderr\n"
 	      "  -h, --help    this text\n"
 	      "\n"
 	      "ops: write_imm   one write-with-imm (data + doorbell)\n"
@@ -143,6 +144,7 @@ enum long_only_flag {
 	FLAG_SELF,
 	FLAG_WAIT,
 	FLAG_TIMEOUT,
+	FLAG_STATS,
 };
 
 void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out)
@@ -152,6 +154,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    {"self", no_argument, NULL, FLAG_SELF},
 	    {"wait", required_argument, NULL, FLAG_WAIT},
 	    {"timeout", required_argument, NULL, FLAG_TIMEOUT},
+	    {"stats", no_argument, NULL, FLAG_STATS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -211,6 +214,9 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 			break;
 		case FLAG_SELF:
 			out->self = 1;
+			break;
+		case FLAG_STATS:
+			out->stats = 1;
 			break;
 		case FLAG_WAIT:
 			out->wait_mode = parse_wait(optarg);

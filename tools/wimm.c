@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "doctor.h"
 
 static int run_info(int argc, char **argv)
 {
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(command, "info") == 0)
 		return run_info(argc - 1, argv + 1);
+	if (strcmp(command, "doctor") == 0)
+		return doctor_main(argc - 1, argv + 1);
 
 	enum bench_mode mode;
 	if (strcmp(command, "pingpong") == 0) {

@@ -176,6 +176,10 @@ static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned 
 	if (ret) {
 		if (doorbell)
 			c->tx.sent--; /* nothing went out: the credit is still ours */
+		/* The transport knows the peer is gone: take its CONN_DOWN now,
+		 * so wimm_conn_info says so at once and the event is queued. */
+		if (ret == WIMM_E_DISCONNECTED)
+			wimm_ctx_progress_into_backlog(c->ctx);
 		return ret;
 	}
 	if (wr->signal)

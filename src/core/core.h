@@ -6,6 +6,11 @@
 #include "backend.h"
 #include "core/handshake.h"
 
+/* fabric.c */
+const struct wimm_backend_ops *wimm_find_backend(const char *scheme, size_t n);
+/* "auto": the first backend that finds a usable device, else ofi:tcp. */
+int wimm_resolve_auto(char *uri, size_t cap);
+
 /* ctx.c */
 const struct wimm_backend_ops *wimm_ctx_ops(const struct wimm_ctx *ctx);
 /* Say why through the context's log hook (no-op without one). */

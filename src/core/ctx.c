@@ -10,15 +10,6 @@
 
 #include "core/core.h"
 
-const struct wimm_backend_ops *const wimm_backends[] = {
-#ifdef WIMM_HAVE_VERBS
-    &wimm_verbs_ops,
-#endif
-#ifdef WIMM_HAVE_OFI
-    &wimm_ofi_ops,
-#endif
-    NULL,
-};
 
 #define CQE_BATCH 32
 /* Completions the CQ is first sized for when cq_budget is 0 (it grows). */
@@ -128,31 +119,6 @@ int wimm_provider_error(const struct wimm_ctx *ctx, const char **text)
 	return ctx ? ctx->prov_err : tls_prov_err;
 }
 
-static const struct wimm_backend_ops *find_backend(const char *scheme, size_t n)
-{
-	for (int i = 0; wimm_backends[i]; i++)
-		if (strlen(wimm_backends[i]->scheme) == n &&
-		    strncmp(wimm_backends[i]->scheme, scheme, n) == 0)
-			return wimm_backends[i];
-	return NULL;
-}
-
-/* "auto": the first backend that finds a usable device, else ofi:tcp. */
-static int resolve_auto(char *uri, size_t cap)
-{
-	char spec[64];
-
-	for (int i = 0; wimm_backends[i]; i++) {
-		const struct wimm_backend_ops *ops = wimm_backends[i];
-		if (ops->auto_probe && ops->auto_probe(spec, sizeof(spec)) == 1) {
-			snprintf(uri, cap, "%s:%s", ops->scheme, spec);
-			return 0;
-		}
-	}
-	snprintf(uri, cap, "ofi:tcp");
-	return 0;
-}
-
 int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm_ctx **out)
 {
 	char resolved[128];
@@ -170,13 +136,13 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 		return WIMM_E_INVAL;
 	}
 	if (strcmp(uri, "auto") == 0) {
-		resolve_auto(resolved, sizeof(resolved));
+		wimm_resolve_auto(resolved, sizeof(resolved));
 		uri = resolved;
 	}
 	const char *colon = strchr(uri, ':');
 	size_t scheme_len = colon ? (size_t)(colon - uri) : strlen(uri);
 	const char *spec = colon ? colon + 1 : "";
-	const struct wimm_backend_ops *ops = find_backend(uri, scheme_len);
+	const struct wimm_backend_ops *ops = wimm_find_backend(uri, scheme_len);
 	if (!ops) {
 		int known = (scheme_len == 5 && strncmp(uri, "verbs", 5) == 0) ||
 			    (scheme_len == 3 && strncmp(uri, "ofi", 3) == 0);
@@ -774,26 +740,4 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 		if (ret)
 			return ret;
 	}
-}
-
-/* --------------------------------------------------------------- discovery */
-
-int wimm_describe_fabrics(void *file, int json)
-{
-	FILE *f = file ? file : stdout;
-	int first = 1;
-
-	if (json)
-		fprintf(f, "{\"fabrics\":[");
-	for (int i = 0; wimm_backends[i]; i++) {
-		int ret = wimm_backends[i]->describe(f, json, &first);
-		if (ret)
-			return ret;
-	}
-	if (json) {
-		char uri[128];
-		resolve_auto(uri, sizeof(uri));
-		fprintf(f, "],\"auto\":\"%s\"}\n", uri);
-	}
-	return 0;
 }

@@ -134,6 +134,8 @@ int wimm_request_reject(struct wimm_request **pr, int reason)
 		return ret;
 	if (reason >= 0 || strcmp(wimm_strerror(reason), "unknown error") == 0)
 		reason = WIMM_E_REFUSED;
+	wimm_ctx_log(wimm_listener_ctx(r->l), WIMM_LOG_INFO, "request from %s rejected: %s",
+		     r->peer_addr, wimm_err_name(reason));
 	wimm_request_refuse(wimm_listener_ctx(r->l), r->breq, reason);
 	free(r);
 	return 0;

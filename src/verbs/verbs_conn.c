@@ -89,7 +89,11 @@ static int verbs_cm_fail(struct verbs_conn *c, const char *what)
 	struct verbs_ctx *vc = c->vc;
 	int werr = WIMM_E_UNREACHABLE;
 
-	if (c->cm_ev == RDMA_CM_EVENT_REJECTED && c->pdata_len > 0)
+	int why;
+	/* Only a wimm listener's message: rdma_cm pads the REJ of a port
+	 * nothing listens on with zeros. */
+	if (c->cm_ev == RDMA_CM_EVENT_REJECTED &&
+	    wimm_hs_decode_reject(c->pdata, c->pdata_len, &why))
 		werr = WIMM_E_REFUSED;
 	if (c->cm_ev == RDMA_CM_EVENT_DISCONNECTED || c->cm_ev == RDMA_CM_EVENT_DEVICE_REMOVAL)
 		werr = WIMM_E_DISCONNECTED;

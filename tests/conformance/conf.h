@@ -115,6 +115,9 @@ struct pair {
 
 /* Open both contexts (records a failure itself and returns < 0). */
 int pair_open(struct pair *p, const char *uri);
+/* The same with context attributes for each side (NULL: defaults). */
+int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
+		   const struct wimm_ctx_attr *cattr);
 /* Register a zeroed region of len bytes on ctx, owned by the pair. */
 struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access);
 /* Listen with sattr, connect with cattr, accept: both conns exist after. */
@@ -158,8 +161,12 @@ extern const struct conf_test conf_tests_failure[];
 extern const struct conf_test conf_tests_wait[];
 extern const struct conf_test conf_tests_input[];
 extern const struct conf_test conf_tests_handshake_cm[];
+extern const struct conf_test conf_tests_requests[];
+extern const struct conf_test conf_tests_hostile[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
+/* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
+int conf_requests_child(int argc, char **argv);
 
 #endif

@@ -86,6 +86,8 @@ int conf_child_main(int argc, char **argv)
 	/* Never outlive the test, whatever happens to it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	alarm(60);
+	if (argc >= 1 && strcmp(argv[0], "client") == 0)
+		return conf_requests_child(argc, argv);
 	if (argc != 3)
 		return 2;
 	if (wimm_ctx_open(argv[1], NULL, &ctx))

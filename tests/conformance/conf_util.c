@@ -210,12 +210,14 @@ const char *conf_ev_name(enum wimm_event_type t)
 
 /* WIMM_TEST_POLLING=1 runs the pairs' contexts with WIMM_CTX_POLLING, so
  * the suite also proves that its blocking waits and fd still wake up. */
-static int open_ctx(const char *uri, struct wimm_ctx **ctx)
+static int open_ctx(const char *uri, const struct wimm_ctx_attr *given, struct wimm_ctx **ctx)
 {
 	const char *polling = getenv("WIMM_TEST_POLLING");
-	struct wimm_ctx_attr attr = {
-	    .flags = polling && strcmp(polling, "1") == 0 ? WIMM_CTX_POLLING : 0,
-	};
+	struct wimm_ctx_attr attr = {0};
+	if (given)
+		attr = *given;
+	if (polling && strcmp(polling, "1") == 0)
+		attr.flags |= WIMM_CTX_POLLING;
 	int rc = wimm_ctx_open(uri, &attr, ctx);
 
 	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
@@ -229,14 +231,20 @@ static int open_ctx(const char *uri, struct wimm_ctx **ctx)
 	return 0;
 }
 
-int pair_open(struct pair *p, const char *uri)
+int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
+		   const struct wimm_ctx_attr *cattr)
 {
 	memset(p, 0, sizeof(*p));
-	int rc = open_ctx(uri, &p->sctx);
+	int rc = open_ctx(uri, sattr, &p->sctx);
 
 	if (rc)
 		return rc;
-	return open_ctx(uri, &p->cctx);
+	return open_ctx(uri, cattr, &p->cctx);
+}
+
+int pair_open(struct pair *p, const char *uri)
+{
+	return pair_open_attr(p, uri, NULL, NULL);
 }
 
 struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access)

@@ -5,13 +5,7 @@
 
 #include <stdint.h>
 
-#define ERRATA_MAX_COUNTERS 48
-
-struct errata_counters {
-	int n; /* -1: the counter folder could not be read */
-	char name[ERRATA_MAX_COUNTERS][40];
-	long long val[ERRATA_MAX_COUNTERS];
-};
+#include "hw_counters.h" /* tools/: shared with wimm doctor */
 
 /* Print "ok - ..." or "not ok - ..." and count it; returns cond != 0. */
 int errata_check(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -28,10 +22,10 @@ const char *errata_host(void);
 const char *errata_device(void);
 
 /* Read every file of /sys/class/infiniband/DEV/ports/1/hw_counters. */
-void errata_counters_read(const char *dev, struct errata_counters *c);
+void errata_counters_read(const char *dev, struct hw_counters *c);
 /* Value of a counter, -1 if absent. */
-long long errata_counter(const struct errata_counters *c, const char *name);
+long long errata_counter(const struct hw_counters *c, const char *name);
 /* One diagnostic line listing every counter that changed from a to b. */
-void errata_counters_diff(const struct errata_counters *a, const struct errata_counters *b);
+void errata_counters_diff(const struct hw_counters *a, const struct hw_counters *b);
 
 #endif

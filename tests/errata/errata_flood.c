@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 	const char *dev = strncmp(uri, "verbs:", 6) ? errata_device() : uri + 6;
 	const char *env = getenv("WIMM_ERRATA_FLOOD");
 	struct wimm_conn_attr rattr = {.rx_depth = RX_DEPTH}, sattr = {0};
-	struct errata_counters c0, c1;
+	struct hw_counters c0, c1;
 	struct wimm_ctx *sctx = NULL;
 	struct wimm_conn *c = NULL;
 	struct wimm_event ev[16];

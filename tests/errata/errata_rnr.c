@@ -224,8 +224,7 @@ static void fill(uint8_t *p, size_t len, unsigned seed)
 		p[i] = (uint8_t)(i * 7 + seed * 13) | 1; /* never 0, the fresh buffer's value */
 }
 
-static long long delta(const struct errata_counters *a, const struct errata_counters *b,
-		       const char *name)
+static long long delta(const struct hw_counters *a, const struct hw_counters *b, const char *name)
 {
 	return errata_counter(b, name) - errata_counter(a, name);
 }
@@ -245,7 +244,7 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
 static void t_rc_no_receive(const char *name, uint32_t len)
 {
 	int one_packet = len <= MTU;
-	struct errata_counters c0, c1;
+	struct hw_counters c0, c1;
 	struct ibv_wc wc;
 	struct link l;
 	size_t placed = 0;
@@ -304,7 +303,7 @@ static void t_rc_no_receive(const char *name, uint32_t len)
 static void t_rc_zero_sge_recv(void)
 {
 	const size_t off = 128;
-	struct errata_counters c0, c1;
+	struct hw_counters c0, c1;
 	struct ibv_wc wc;
 	struct link l;
 	int got;
@@ -378,7 +377,7 @@ static void t_rc_zero_sge_recv(void)
 
 static void t_uc_no_receive(void)
 {
-	struct errata_counters c0, c1;
+	struct hw_counters c0, c1;
 	struct ibv_wc wc;
 	struct link l;
 	int got;
@@ -463,7 +462,7 @@ int main(int argc, char **argv)
 	const char *name = dev_name = argc > 1 ? argv[1] : errata_device();
 	const char *g = getenv("WIMM_ERRATA_GID");
 	struct ibv_device **list;
-	struct errata_counters c;
+	struct hw_counters c;
 	char gtext[INET6_ADDRSTRLEN] = "";
 	int n;
 

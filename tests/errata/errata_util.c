@@ -1,5 +1,4 @@
 /* Shared helpers of the ERRATA programs. */
-#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,58 +78,17 @@ const char *errata_device(void)
 	return d && *d ? d : "rxe0";
 }
 
-void errata_counters_read(const char *dev, struct errata_counters *c)
+void errata_counters_read(const char *dev, struct hw_counters *c)
 {
-	char dir[256], path[600];
-	struct dirent *de;
-	long lifespan;
-	FILE *f;
-	DIR *d;
-
-	c->n = -1;
-	snprintf(dir, sizeof(dir), "/sys/class/infiniband/%s/ports/1/hw_counters", dev);
-	d = opendir(dir);
-	if (!d)
-		return;
-	/* The kernel caches the counters for "lifespan" ms (rounded up to
-	 * jiffies) after each refresh: wait well past it so this read cannot
-	 * return the previous one. */
-	snprintf(path, sizeof(path), "%s/lifespan", dir);
-	f = fopen(path, "r");
-	if (!f || fscanf(f, "%ld", &lifespan) != 1 || lifespan < 0 || lifespan > 10000)
-		lifespan = 10;
-	if (f)
-		fclose(f);
-	usleep((useconds_t)(2 * lifespan + 10) * 1000);
-	c->n = 0;
-	while ((de = readdir(d)) && c->n < ERRATA_MAX_COUNTERS) {
-		size_t len = strlen(de->d_name);
-		long long v;
-
-		if (de->d_name[0] == '.' || len >= sizeof(c->name[0]))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fscanf(f, "%lld", &v) == 1) {
-			memcpy(c->name[c->n], de->d_name, len + 1);
-			c->val[c->n++] = v;
-		}
-		fclose(f);
-	}
-	closedir(d);
+	hw_counters_read(dev, 1, c);
 }
 
-long long errata_counter(const struct errata_counters *c, const char *name)
+long long errata_counter(const struct hw_counters *c, const char *name)
 {
-	for (int i = 0; i < c->n; i++)
-		if (!strcmp(c->name[i], name))
-			return c->val[i];
-	return -1;
+	return hw_counter(c, name);
 }
 
-void errata_counters_diff(const struct errata_counters *a, const struct errata_counters *b)
+void errata_counters_diff(const struct hw_counters *a, const struct hw_counters *b)
 {
 	char line[1024];
 	size_t off = 0;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Inside the Soft-RoCE guest, run in sequence: the conformance suite on
-# verbs:rxe0, errata_rnr (raw verbs) and errata_flood (the library).
+# verbs:rxe0, errata_rnr (raw verbs), errata_flood (the library) and
+# `wimm doctor` (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire).
 #
 #   tests/softroce/run tests/errata/run-in-guest.sh BUILD_DIR
 #
@@ -61,6 +62,7 @@ fi
 step conformance "$build/tests/conformance/wimm_conformance" "verbs:$dev"
 step errata_rnr "$build/tests/errata/errata_rnr" "$dev"
 step errata_flood "$build/tests/errata/errata_flood" "verbs:$dev"
+step doctor "$(dirname "$0")/../doctor/doctor-in-guest.sh" "$build"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
