@@ -176,6 +176,11 @@ void ofi_lane_cut(struct ofi_conn *c)
 {
 	struct ofi_lane *l = c->lane;
 
+	/* Nothing goes to it any more, not even the first write. */
+	if (c->kicking) {
+		c->kicking = 0;
+		c->ctx->nkick--;
+	}
 	/* -FI_ENOENT for a slot that completed meanwhile: nothing to do. */
 	if (c->slots_posted)
 		for (uint32_t i = 0; i < c->rx_depth; i++)
