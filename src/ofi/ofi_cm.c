@@ -333,8 +333,13 @@ static ssize_t ofi_eq_one(struct ofi_ctx *x, int wait_ms)
 
 void ofi_eq_drain(struct ofi_ctx *x)
 {
+	struct fid *f = &x->eq->fid;
+
 	while (ofi_eq_one(x, 0) == 0)
 		;
+	/* Reading leaves the EQ's wait fd readable (its signal is reset only
+	 * by a wait): reset it, or every scan would read the EQ again. */
+	fi_trywait(x->fabric, &f, 1);
 }
 
 /* Wait for FI_CONNECTED of c; the shared EQ may bring other connections'
