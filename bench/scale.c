@@ -11,7 +11,9 @@
  *                 arrives but heartbeats)
  *   1-busy        doorbells/s and CPU ns per wimm_poll while one
  *                 connection streams and N-1 stay idle
- *   N-to-1        doorbells/s while every connection streams
+ *   N-to-1        doorbells/s while every connection streams, and the
+ *                 share of the wall time the server got the CPU (the
+ *                 clients compete for the same cores)
  * and prints a markdown table. Doorbells are zero-length write_imm.
  * Not a test: it checks nothing but that every connection was made. */
 #include <errno.h>
@@ -98,7 +100,7 @@ struct run {
 	int n, procs;
 	pid_t pid[MAX_PROCS];
 	int cmd[MAX_PROCS];
-	double connect_rate, idle_ns, busy_rate, busy_ns, all_rate;
+	double connect_rate, idle_ns, busy_rate, busy_ns, all_rate, all_cpu;
 };
 
 static void tell(struct run *r, int who, char cmd)
@@ -155,6 +157,8 @@ static double cpu_s(void)
 /* Doorbells per second (wall clock) and the server's CPU time per poll
  * (its thread's clock: the clients and other load on the host preempt the
  * server, which the wall clock would count as poll cost). */
+static double cpu_share; /* of the last measure(): server CPU / wall time */
+
 static void measure(struct wimm_ctx *ctx, double secs, double *rate, double *ns_per_poll)
 {
 	struct wimm_event ev[32];
@@ -172,6 +176,7 @@ static void measure(struct wimm_ctx *ctx, double secs, double *rate, double *ns_
 	} while (t - t0 < secs);
 	*rate = (double)events / (t - t0);
 	*ns_per_poll = (cpu_s() - c0) * 1e9 / (double)polls;
+	cpu_share = (cpu_s() - c0) / (t - t0);
 }
 
 static void run_one(struct run *r, const char *self, const char *fabric, double secs)
@@ -210,6 +215,7 @@ static void run_one(struct run *r, const char *self, const char *fabric, double 
 	measure(ctx, secs, &r->busy_rate, &r->busy_ns);
 	tell(r, -1, 'A');
 	measure(ctx, secs, &r->all_rate, &unused);
+	r->all_cpu = cpu_share;
 	tell(r, -1, 'Q');
 	/* Keep serving (credits, disconnects) while the clients leave. */
 	for (int i = 0; i < r->procs; i++) {
@@ -268,8 +274,8 @@ int main(int argc, char **argv)
 
 	printf(
 	    "| fabric | N | procs | connect/s | idle poll ns | 1-busy doorbells/s | 1-busy poll ns "
-	    "| N-to-1 doorbells/s |\n");
-	printf("|---|---|---|---|---|---|---|---|\n");
+	    "| N-to-1 doorbells/s | server CPU share in N-to-1 |\n");
+	printf("|---|---|---|---|---|---|---|---|---|\n");
 	fflush(stdout);
 	for (const char *p = list; *p;) {
 		struct run r = {.n = atoi(p)};
@@ -277,9 +283,9 @@ int main(int argc, char **argv)
 		r.procs = r.n < procs ? r.n : procs;
 		if (r.n > 0) {
 			run_one(&r, self, fabric, secs);
-			printf("| %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f |\n", fabric, r.n,
-			       r.procs, r.connect_rate, r.idle_ns, r.busy_rate, r.busy_ns,
-			       r.all_rate);
+			printf("| %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% |\n",
+			       fabric, r.n, r.procs, r.connect_rate, r.idle_ns, r.busy_rate,
+			       r.busy_ns, r.all_rate, 100 * r.all_cpu);
 			fflush(stdout);
 		}
 		p = strchr(p, ',');
