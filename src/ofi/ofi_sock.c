@@ -279,6 +279,19 @@ int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uin
 		/* Wake for the next connector's deadline too. */
 		if (l->npend && (wait < 0 || wait > 100))
 			wait = 100;
+		/* shm moves only when we read our CQs: a connector that is
+		 * finishing its set-up with us (its first write waits for our
+		 * progress to take its name) would otherwise wait for as long as
+		 * we wait here for the next one. Progress every millisecond;
+		 * what it finds stays in the lanes' rings. */
+		if (l->ctx->lanes) {
+			if (l->ctx->nkick)
+				ofi_kick_pending(l->ctx);
+			for (struct ofi_lane *ln = l->ctx->lanes; ln; ln = ln->next)
+				ofi_lane_fill(ln, l->ctx, 0);
+			if (wait < 0 || wait > 1)
+				wait = 1;
+		}
 		if (epoll_wait(l->lepfd, ev, 8, wait) < 0 && errno != EINTR)
 			return ofi_errno_err(l->ctx, errno, "epoll_wait (listener)",
 					     WIMM_E_PROVIDER);
