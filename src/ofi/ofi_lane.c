@@ -47,12 +47,44 @@ static void ofi_lane_close(struct ofi_lane *l)
 	free(l);
 }
 
+/* The lane's endpoint, bound and enabled. shm names an endpoint's region
+ * after the process id; a region a SIGKILLed process left in /dev/shm
+ * under our (reused) id makes the first fi_enable fail with -FI_EBUSY, and
+ * shm removes the stale file as it does so (smr_retry_map): try once more. */
+static int ofi_lane_enable(struct ofi_ctx *x, struct ofi_lane *l)
+{
+	struct fi_info *info;
+	int ret = 0;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		info = fi_dupinfo(x->info);
+		if (!info)
+			return WIMM_E_NOMEM;
+		ret = fi_endpoint(x->domain, info, &l->ep, l);
+		fi_freeinfo(info);
+		if (ret) {
+			l->ep = NULL;
+			return ofi_err(x, ret, "fi_endpoint (lane)");
+		}
+		ret = fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
+		if (!ret)
+			ret = fi_ep_bind(l->ep, &l->av->fid, 0);
+		if (!ret)
+			ret = fi_enable(l->ep);
+		if (ret != -FI_EBUSY)
+			break;
+		fi_close(&l->ep->fid);
+		l->ep = NULL;
+	}
+	/* On failure the endpoint (if any) goes with the lane. */
+	return ret ? ofi_err(x, ret, "fi_ep_bind / fi_enable (lane)") : 0;
+}
+
 static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 {
 	struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = OFI_LANE_PEERS};
 	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
 	struct ofi_lane *l;
-	struct fi_info *info;
 	int ret;
 
 	l = calloc(1, sizeof(*l));
@@ -82,24 +114,9 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 		ret = ofi_err(x, ret, "fi_av_open (lane)");
 		goto err_close;
 	}
-	info = fi_dupinfo(x->info);
-	if (!info) {
-		ret = WIMM_E_NOMEM;
+	ret = ofi_lane_enable(x, l);
+	if (ret)
 		goto err_close;
-	}
-	ret = fi_endpoint(x->domain, info, &l->ep, l);
-	fi_freeinfo(info);
-	if (ret) {
-		l->ep = NULL;
-		ret = ofi_err(x, ret, "fi_endpoint (lane)");
-		goto err_close;
-	}
-	if ((ret =
-		 fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
-	    (ret = fi_ep_bind(l->ep, &l->av->fid, 0)) || (ret = fi_enable(l->ep))) {
-		ret = ofi_err(x, ret, "fi_ep_bind / fi_enable (lane)");
-		goto err_close;
-	}
 	l->name_len = sizeof(l->name);
 	ret = fi_getname(&l->ep->fid, l->name, &l->name_len);
 	if (ret) {
