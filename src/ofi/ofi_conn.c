@@ -185,8 +185,10 @@ static void ofi_conn_unregister(struct ofi_conn *c)
 	struct ofi_ctx *x = c->ctx;
 
 	ofi_hot_del(c);
-	if (c->kicking)
+	if (c->kicking) {
+		c->kicking = 0;
 		x->nkick--;
+	}
 	x->tab[c->idx] = NULL;
 	x->free_idx[x->nfree++] = c->idx;
 	if (c->prev)
