@@ -88,6 +88,7 @@ struct wimm_mr;	      /* a registered memory region */
 struct wimm_listener; /* a passive endpoint accepting connections */
 struct wimm_conn;     /* a reliable connection to one peer */
 struct wimm_request;  /* a connection request waiting for a decision */
+struct wimm_counter;  /* doorbells counted across connections */
 
 /* ---------------------------------------------------------------- context */
 
@@ -217,6 +218,9 @@ struct wimm_conn_attr {
 	uint32_t sq_depth;
 	/* Handed back in every event of the connection. */
 	void *user;
+	/* Doorbells of this connection are counted by this counter (see
+	 * wimm_counter_new); NULL: none. */
+	struct wimm_counter *counter;
 	/* Connecting side only: a small blob (a client id, a token) the
 	 * accepting side sees in wimm_request_info() before it decides; at
 	 * most wimm_fabric_limits.private_max bytes (else WIMM_E_TOOBIG). */
@@ -411,6 +415,8 @@ enum wimm_event_type {
 	WIMM_EV_ERROR = 5,	 /* a local operation failed: op, op_seq, status */
 	WIMM_EV_CONNECT = 6,	 /* a listener has a pending request: wimm_accept it */
 	WIMM_EV_ESTABLISHED = 7, /* an accepted connection is now usable */
+	WIMM_EV_COUNT = 8,	 /* a counter's key reached its count: imm = key,
+				  * op_seq = epoch, len = count, counter set */
 };
 
 struct wimm_event {
@@ -431,7 +437,8 @@ struct wimm_event {
 	 * transport failed), TIMEDOUT (silent for liveness_ms), OVERDRAFT
 	 * (it posted beyond its credits: dropped by us), PROVIDER. */
 	int status;
-	int prov_err; /* the provider's code for a failure, e.g. ibv_wc_status */
+	int prov_err;		      /* the provider's code for a failure, e.g. ibv_wc_status */
+	struct wimm_counter *counter; /* COUNT only */
 };
 
 /* Fetch up to n events without blocking; returns how many (0: none) or a
@@ -463,7 +470,10 @@ int wimm_progress(struct wimm_ctx *ctx);
  * sleeping on the fd cannot deadlock whatever was polled before (a partial
  * poll included): arm itself hands consumed receive slots back and sends
  * due credit returns. WIMM_E_AGAIN means events are already pending or
- * work is due: call wimm_poll, then arm again. */
+ * work is due: call wimm_poll, then arm again. Credits come back as plain
+ * writes that wake no one: while a connection's last doorbell found no
+ * credit (WIMM_E_AGAIN), the fd also becomes readable about every
+ * millisecond, so a sender sleeping on it tries again soon. */
 int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd);
 int wimm_ctx_arm(struct wimm_ctx *ctx);
 
@@ -497,6 +507,57 @@ int wimm_imm_pack(const struct wimm_imm_layout *l, const uint32_t *values, uint3
 int wimm_imm_unpack(const struct wimm_imm_layout *l, uint32_t imm, uint32_t *values);
 /* Index of a field by name, or WIMM_E_INVAL. */
 int wimm_imm_field_index(const struct wimm_imm_layout *l, const char *name);
+
+/* ------------------------------------------------------ doorbell counters */
+
+/* Doorbells counted across connections (the source article's section 5.3:
+ * writes on different connections have no order, so "every shard is here"
+ * is a count, never an arrival order). A counter reads three fields of each
+ * doorbell's imm through a layout: the key (e.g. a shard), the epoch (e.g.
+ * an iteration) and the source (e.g. a worker; or, without a source field,
+ * the connection). For each key it keeps the newest epoch seen or expected:
+ *  - a doorbell of an older epoch is stale: dropped, never delivered, and
+ *    counted; its receive slot and credit go back as usual;
+ *  - a second doorbell of one source for the same key and epoch is a
+ *    duplicate: dropped and counted likewise;
+ *  - every other doorbell is delivered as usual (WIMM_EV_WRITE_IMM /
+ *    SEND_IMM) and counted; when the count set by wimm_counter_expect is
+ *    reached, one WIMM_EV_COUNT follows it (imm = key, op_seq = epoch,
+ *    len = count, user = attr.user), whatever the order and whichever
+ *    connections the doorbells came by.
+ * Epochs compare as serial numbers modulo 2^bits of their field, so an
+ * iteration counter may wrap. A connection uses a counter through
+ * wimm_conn_attr.counter (a listener's attr for all it accepts). */
+struct wimm_counter_attr {
+	const struct wimm_imm_layout *layout; /* copied */
+	const char *key_field;		      /* required */
+	const char *epoch_field;	      /* NULL: no epochs (no stale filter) */
+	const char *source_field;	      /* NULL: the connection is the source */
+	void *user;			      /* handed back in WIMM_EV_COUNT */
+};
+/* Errors: INVAL (no layout or key field, a field name the layout lacks). */
+int wimm_counter_new(struct wimm_ctx *ctx, const struct wimm_counter_attr *attr,
+		     struct wimm_counter **out);
+/* BUSY while a connection or listener still uses it. */
+int wimm_counter_delete(struct wimm_counter **k);
+/* Raise WIMM_EV_COUNT when `count` distinct sources have rung for key at
+ * epoch. What already arrived for that epoch counts (an expectation set
+ * late still fires, at the next poll); a newer epoch moves the key there;
+ * after a completed count the key starts a new round. Errors: INVAL (count
+ * 0 or above 4096, an epoch older than the key's), NOMEM. */
+int wimm_counter_expect(struct wimm_counter *k, uint32_t key, uint32_t epoch, uint32_t count);
+struct wimm_counter_stats {
+	uint64_t counted;     /* doorbells counted and delivered */
+	uint64_t reached;     /* WIMM_EV_COUNT raised */
+	uint64_t stale;	      /* dropped: an older epoch */
+	uint64_t duplicates;  /* dropped: the same source twice */
+	uint64_t bad_sources; /* dropped: a source field value above 4095 */
+};
+int wimm_counter_stats(const struct wimm_counter *k, struct wimm_counter_stats *out);
+/* Where key stands: its epoch, the sources counted, the count expected (0:
+ * none yet). INVAL when the key was never seen nor expected. */
+int wimm_counter_state(const struct wimm_counter *k, uint32_t key, uint32_t *epoch,
+		       uint32_t *arrived, uint32_t *expected);
 
 /* --------------------------------------------------------------- discovery */
 

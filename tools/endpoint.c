@@ -351,6 +351,7 @@ static int fetch_events(struct endpoint *ep, int wait)
 		case WIMM_EV_CONNECT:
 			/* One client per run; later requests are ignored. */
 		case WIMM_EV_ESTABLISHED:
+		case WIMM_EV_COUNT:
 			break;
 		case WIMM_EV_WRITE_IMM:
 		case WIMM_EV_SEND_IMM:

@@ -77,6 +77,8 @@ static const char *event_name(enum wimm_event_type type)
 		return "connect";
 	case WIMM_EV_ESTABLISHED:
 		return "established";
+	case WIMM_EV_COUNT:
+		return "count";
 	}
 	return "unknown";
 }

@@ -19,6 +19,8 @@ static int check_attr(struct wimm_ctx *ctx, const struct wimm_conn_attr *a, size
 	*woff = *wlen = 0;
 	if (a->private_len && !a->private_data)
 		return WIMM_E_INVAL;
+	if (a->counter && wimm_counter_ctx(a->counter) != ctx)
+		return WIMM_E_INVAL;
 	if (!a->window)
 		return 0;
 	if (wimm_mr_ctx(a->window) != ctx)
@@ -154,9 +156,15 @@ static int conn_alloc(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, v
 	    .sq_depth = sq_depth,
 	    .sq_reserve = SQ_RESERVE,
 	};
+	if (attr->counter) {
+		ret = wimm_counter_attach(attr->counter, 1, &c->counter_source);
+		if (ret)
+			goto err_dereg_window;
+		c->counter = attr->counter;
+	}
 	ret = ops->conn_new(wimm_ctx_bctx(ctx), breq, &cfg, &c->bconn);
 	if (ret)
-		goto err_dereg_window;
+		goto err_detach_counter;
 
 	c->window = attr->window;
 	if (c->window)
@@ -168,6 +176,9 @@ static int conn_alloc(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, v
 	*out = c;
 	return 0;
 
+err_detach_counter:
+	if (c->counter)
+		wimm_counter_attach(c->counter, 0, &c->counter_source);
 err_dereg_window:
 	wimm_mr_dereg(&c->win_mr);
 err_free_ctl:
@@ -188,6 +199,8 @@ static void conn_free(struct wimm_conn *c)
 	ops_of(c)->conn_delete(c->bconn);
 	if (c->window)
 		wimm_mr_expose(c->window, -1);
+	if (c->counter)
+		wimm_counter_attach(c->counter, 0, &c->counter_source);
 	wimm_mr_dereg(&c->win_mr);
 	ctl_free(c);
 	wimm_ctx_cq_unreserve(c->ctx, c->cq_reserved);
@@ -356,6 +369,8 @@ int wimm_conn_delete(struct wimm_conn **pc)
 	struct wimm_conn *c = *pc;
 	struct wimm_ctx_stats *cs = wimm_ctx_counters(c->ctx);
 	wimm_ctx_purge_conn(c->ctx, c);
+	if (c->starved)
+		wimm_ctx_starved(c->ctx, -1);
 	wimm_ctx_link_conn(c->ctx, c, 0);
 	wimm_ctx_count_object(c->ctx, -1);
 	wimm_conn_add_stats(c, &cs->total);

@@ -61,11 +61,15 @@ struct wimm_conn {
 	int credit_return_due;
 	int release_queued; /* in the ctx's release queue */
 	int fence_posted, fence_done;
+	int starved; /* the last doorbell found no credit (wimm_ctx_starved) */
 
 	/* Liveness: what was last seen of the peer, and when. */
 	int64_t since_ns; /* set-up began / last sign of life */
 	int64_t hb_sent_ns;
 	uint64_t seen_credit, seen_hb;
+
+	struct wimm_counter *counter; /* counts our doorbells, if set */
+	uint32_t counter_source;
 
 	struct pending_op *pend; /* ring of sq_depth entries */
 	uint32_t pend_cap, pend_head, pend_n;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/conn_internal.h"
+#include "core/counter_table.h"
 
 /* An ESTABLISHING connection that is still not up after this is dropped. */
 #define SETUP_TIMEOUT_NS (DEFAULT_CONNECT_TIMEOUT_MS * 1000000LL)
@@ -142,7 +143,22 @@ static int on_doorbell(struct wimm_conn *c, const struct wimm_cqe *q, struct wim
 	c->st.bytes_in += q->len;
 	fill_event(ev, c, q,
 		   q->kind == WIMM_CQE_RECV_WRITE_IMM ? WIMM_EV_WRITE_IMM : WIMM_EV_SEND_IMM);
-	return 1;
+	if (!c->counter)
+		return 1;
+	struct wimm_event count_ev;
+	int verdict = wimm_counter_doorbell(c->counter, q->imm, c->counter_source, &count_ev);
+	if (verdict == WIMM_COUNT_NEW || verdict < 0)
+		return 1;
+	if (verdict == WIMM_COUNT_REACHED) {
+		/* The doorbell, then the count it completed. */
+		wimm_ctx_push_event(c->ctx, ev);
+		wimm_ctx_push_event(c->ctx, &count_ev);
+		return 0;
+	}
+	/* Stale, duplicate, no source: not delivered, but its receive slot
+	 * and credit go back as if it had been. */
+	wimm_conn_on_delivered(c);
+	return 0;
 }
 
 int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_event *ev,

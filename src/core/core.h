@@ -40,6 +40,8 @@ int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int f
 void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c);
 /* Link (add: can fail with NOMEM) or unlink a connection. */
 int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add);
+/* A connection starts (+1) or stops (-1) being out of credit. */
+void wimm_ctx_starved(struct wimm_ctx *ctx, int delta);
 /* c has slots to hand back (or a credit write to retry) at the next poll;
  * called once until wimm_conn_keep_queued() says it is done. */
 void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c);
@@ -70,6 +72,17 @@ int wimm_conn_release(struct wimm_conn *c);
 int wimm_conn_keep_queued(struct wimm_conn *c);
 /* 1 while a credit return could not be posted yet (arm must not sleep). */
 int wimm_conn_return_due(const struct wimm_conn *c);
+
+/* counter.c */
+struct wimm_ctx *wimm_counter_ctx(const struct wimm_counter *k);
+/* A connection (source != NULL: it gets a source number when no imm field
+ * names the source) or a listener starts (add) or stops using k. AGAIN:
+ * no source number left. */
+int wimm_counter_attach(struct wimm_counter *k, int add, uint32_t *source);
+/* Count a doorbell: a WIMM_COUNT_* verdict (counter_table.h) or NOMEM;
+ * with WIMM_COUNT_REACHED, *count_ev is the event to raise after it. */
+int wimm_counter_doorbell(struct wimm_counter *k, uint32_t imm, uint32_t conn_source,
+			  struct wimm_event *count_ev);
 
 /* listener.c */
 const struct wimm_conn_attr *wimm_listener_attr(const struct wimm_listener *l);

@@ -30,6 +30,8 @@ int wimm_listen(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_a
 		return ret;
 	if (attr && attr->window && wimm_mr_ctx(attr->window) != ctx)
 		return WIMM_E_INVAL;
+	if (attr && attr->counter && wimm_counter_ctx(attr->counter) != ctx)
+		return WIMM_E_INVAL;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return WIMM_E_NOMEM;
@@ -46,6 +48,8 @@ int wimm_listen(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_a
 		goto err_close_listener;
 	if (l->attr.window)
 		wimm_mr_expose(l->attr.window, 1);
+	if (l->attr.counter)
+		wimm_counter_attach(l->attr.counter, 1, NULL);
 	wimm_ctx_count_object(ctx, 1);
 	*out = l;
 	return 0;
@@ -71,6 +75,8 @@ int wimm_listener_delete(struct wimm_listener **pl)
 	wimm_ctx_ops(l->ctx)->listener_close(l->blis);
 	if (l->attr.window)
 		wimm_mr_expose(l->attr.window, -1);
+	if (l->attr.counter)
+		wimm_counter_attach(l->attr.counter, 0, NULL);
 	wimm_ctx_count_object(l->ctx, -1);
 	free(l);
 	*pl = NULL;

@@ -163,6 +163,7 @@ extern const struct conf_test conf_tests_input[];
 extern const struct conf_test conf_tests_handshake_cm[];
 extern const struct conf_test conf_tests_requests[];
 extern const struct conf_test conf_tests_hostile[];
+extern const struct conf_test conf_tests_counter[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);

@@ -23,9 +23,9 @@
 #define DEFAULT_TIMEOUT_S 60
 
 static const struct conf_test *const tables[] = {
-    conf_tests_input,  conf_tests_handshake_cm, conf_tests_data,
-    conf_tests_bounds, conf_tests_credit,	conf_tests_failure,
-    conf_tests_wait,   conf_tests_requests,	conf_tests_hostile,
+    conf_tests_input,	conf_tests_handshake_cm, conf_tests_data, conf_tests_bounds,
+    conf_tests_credit,	conf_tests_failure,	 conf_tests_wait, conf_tests_requests,
+    conf_tests_hostile, conf_tests_counter,
 };
 
 /* What a test process reports back to the runner. */

@@ -202,6 +202,8 @@ const char *conf_ev_name(enum wimm_event_type t)
 		return "CONNECT";
 	case WIMM_EV_ESTABLISHED:
 		return "ESTABLISHED";
+	case WIMM_EV_COUNT:
+		return "COUNT";
 	}
 	return "?";
 }
