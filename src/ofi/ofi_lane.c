@@ -66,7 +66,8 @@ static int ofi_lane_enable(struct ofi_ctx *x, struct ofi_lane *l)
 			l->ep = NULL;
 			return ofi_err(x, ret, "fi_endpoint (lane)");
 		}
-		ret = fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
+		ret =
+		    fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
 		if (!ret)
 			ret = fi_ep_bind(l->ep, &l->av->fid, 0);
 		if (!ret)
