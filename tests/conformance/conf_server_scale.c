@@ -830,16 +830,31 @@ static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv
 {
 	struct wimm_conn *c = NULL;
 	struct wimm_event ev[16];
-	int got = 0, down = 0;
+	int got = 0, down = 0, closed = 0;
 	int64_t deadline = conf_now_ms() + (int64_t)(10000 * conf_scale());
 
 	CHECK(srv_peer_cmd(p, 'g') == 0);
 	while (!down) {
-		CHECKF(conf_now_ms() < deadline, "cycle %u: %s after 10 s%s%s", i,
-		       !c     ? "no connection"
-		       : !got ? "no doorbell"
-			      : "no DISCONNECT",
-		       p->why[0] ? "; client: " : "", p->why);
+		if (conf_now_ms() >= deadline) {
+			struct wimm_conn_stats cs = {0};
+			struct wimm_conn_info ci = {0};
+
+			if (c) {
+				wimm_conn_info(c, &ci);
+				wimm_conn_stats(c, &cs);
+			}
+			CHECKF(0,
+			       "cycle %u: %s after 10 s%s%s%s (the server's connection: "
+			       "connected %d, %llu heartbeats in, %llu out)",
+			       i,
+			       !c     ? "no connection"
+			       : !got ? "no doorbell"
+				      : "no DISCONNECT",
+			       p->why[0] ? "; client: " : "", p->why,
+			       closed ? ", though the client's wimm_conn_close returned 0" : "",
+			       ci.connected, (unsigned long long)cs.heartbeats_in,
+			       (unsigned long long)cs.heartbeats_out);
+		}
 		int n = wimm_wait(ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 10);
 
 		CHECKF(n >= 0, "cycle %u: wimm_wait: %s", i, wimm_err_name(n));
@@ -870,8 +885,11 @@ static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv
 		}
 		char line[256];
 
+		unsigned said;
+
 		while (srv_peer_line(p, line, sizeof(line)) == 1)
-			;
+			if (sscanf(line, "cycle %u", &said) == 1 && said == i)
+				closed = 1;
 		CHECKF(!p->why[0], "cycle %u: client: %s", i, p->why);
 	}
 	wimm_conn_delete(&c);
