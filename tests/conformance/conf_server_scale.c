@@ -816,12 +816,11 @@ out:
 #define CYCLES 200
 #define CYCLES_BASE 10
 /* Heap growth allowed from cycle 10 to cycle 200. ofi:tcp's grows in steps
- * of a few hundred bytes that level off (measured: +1.8 to +4.3 KB by cycle
- * 200, +2 KB more by cycle 3,000): a pool, not a leak per connection. */
+ * of a few hundred bytes that level off (measured: +1 to +4.3 KB by cycle
+ * 200, +2 KB more by cycle 3,000): a pool, not a leak per connection. The
+ * ~290 B per connection libfabric shm kept (an endpoint enabled per
+ * connection) went with one endpoint per context: +0 B here now. */
 #define HEAP_TOLERANCE 8192
-/* libfabric 1.17's shm provider keeps about 290 bytes per endpoint ever
- * enabled; where that is still so, the test says it and fails above it. */
-#define SHM_LEAK_PER_CYCLE 300
 
 /* One cycle at the server: a CONNECT accepted, doorbell `i` on it, then its
  * DISCONNECT, and the connection deleted. */
@@ -935,25 +934,17 @@ static void t_server_connect_cycles(const char *uri)
 	size_t heap = mallinfo2().uordblks;
 	long long grown = (long long)heap - (long long)heap_base;
 	double per = (double)grown / (CYCLES - CYCLES_BASE);
-	int shm = strncmp(uri, "ofi:shm", 7) == 0;
-
 	conf_diag("%d connect/doorbell/close cycles in %lld ms (%.1f ms each after the first "
 		  "%d); server after %d: %d fds, heap %zu B; after %d: %d fds, heap %zu B "
-		  "(%+lld B, %.1f B per cycle; tolerance %d B%s)",
+		  "(%+lld B, %.1f B per cycle; tolerance %d B)",
 		  CYCLES, (long long)(conf_now_ms() - t0),
 		  (double)(conf_now_ms() - t_base) / (CYCLES - CYCLES_BASE), CYCLES_BASE,
-		  CYCLES_BASE, fds_base, heap_base, CYCLES, fds, heap, grown, per, HEAP_TOLERANCE,
-		  shm ? ", or the shm provider's known leak" : "");
+		  CYCLES_BASE, fds_base, heap_base, CYCLES, fds, heap, grown, per, HEAP_TOLERANCE);
 	CHECKF(fds <= fds_base, "the server's descriptors grew from %d to %d in %d cycles",
 	       fds_base, fds, CYCLES - CYCLES_BASE);
-	if (grown > HEAP_TOLERANCE && shm && per <= SHM_LEAK_PER_CYCLE)
-		conf_diag("the heap grows %.1f B per connection: libfabric shm's known leak "
-			  "(~290 B per endpoint), below the %d B allowed for it",
-			  per, SHM_LEAK_PER_CYCLE);
-	else
-		CHECKF(grown <= HEAP_TOLERANCE,
-		       "the server's heap grew %lld B (%.1f B per cycle) in %d cycles", grown, per,
-		       CYCLES - CYCLES_BASE);
+	CHECKF(grown <= HEAP_TOLERANCE,
+	       "the server's heap grew %lld B (%.1f B per cycle) in %d cycles", grown, per,
+	       CYCLES - CYCLES_BASE);
 out:
 	srv_peer_reap(&p);
 	wimm_listener_delete(&l);
