@@ -41,6 +41,7 @@ void cli_usage(FILE *f)
 	fputs("usage: wimm info [--json]\n"
 	      "       wimm pingpong [flags] [HOST]   latency (server without HOST)\n"
 	      "       wimm rate [flags] [HOST]       message rate (server without HOST)\n"
+	      "       wimm kv serve|put|get|del|stat|bench ...  key-value slot pool (wimm kv -h)\n"
 	      "       wimm --version\n"
 	      "\n"
 	      "flags of pingpong and rate:\n"
