@@ -1,5 +1,5 @@
 /* wimm_kv tests, multi-process on a real fabric:
- *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash evict full input
+ *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile evict full input
  * The parent only orchestrates: the server and every client are processes
  * of their own (fork + exec of this binary with --child ROLE), since
  * libfabric's shm provider state is not safe to share between threads. A
@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #include <wimm/kv.h>
+
+/* The hostile client speaks the protocol by hand. */
+#include "kv_internal.h"
 
 #define MAX_KIDS 80
 #define VHDR 16u
@@ -320,6 +323,115 @@ static int role_crasher(char **a)
 		pause();
 }
 
+/* ------------------------------------------------------ hostile client */
+
+struct raw {
+	struct wimm_ctx *ctx;
+	struct wimm_conn *c;
+	struct wimm_mr *mr;
+	unsigned char buf[65536], reply[256];
+};
+
+/* Wait for the answer with imm `want`; its status. */
+static int raw_wait(struct raw *r, uint32_t want)
+{
+	struct wimm_event ev[16];
+	double give_up = now_s() + 10.0 * scale();
+	while (now_s() < give_up) {
+		int n = wimm_wait(r->ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 100);
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == WIMM_EV_DISCONNECT)
+				die("hostile: dropped by the server");
+			if (ev[i].type == WIMM_EV_SEND_IMM && ev[i].imm == want) {
+				memcpy(r->reply, ev[i].data, ev[i].len < 256 ? ev[i].len : 256);
+				return (int32_t)kv_get32(r->reply);
+			}
+		}
+	}
+	die("hostile: no answer %08x", want);
+}
+
+/* A grant for key "key" of len bytes: its id, offset, version. */
+static void raw_grant(struct raw *r, const char *key, uint32_t len, uint32_t seq, uint32_t *gid,
+		      uint64_t *off, uint64_t *version)
+{
+	size_t klen = strlen(key);
+	kv_put32(r->buf, len);
+	kv_put32(r->buf + 4, 0);
+	kv_put16(r->buf + 8, (uint16_t)klen);
+	memcpy(r->buf + 10, key, klen);
+	int rc = wimm_send_imm(r->c, r->mr, 0, 10 + klen, KV_IMM(KV_OP_PUT, seq), WIMM_F_WAIT);
+	if (rc < 0 || (rc = raw_wait(r, KV_IMM(KV_OP_PUT, seq))) != 0)
+		die("hostile: grant: %s", wimm_kv_strerror(rc));
+	*gid = kv_get32(r->reply + 4);
+	*off = kv_get64(r->reply + 8);
+	*version = kv_get64(r->reply + 16);
+}
+
+/* Write [header | value] of key into off with imm; the server's verdict. */
+static int raw_write(struct raw *r, const char *key, uint32_t len, uint64_t off, uint64_t version,
+		     uint32_t imm, int corrupt)
+{
+	struct kv_hdr h = {.len = len, .version = version, .khash = kv_key_hash(key, strlen(key))};
+	memset(r->buf + WIMM_KV_HEADER, 'h', len);
+	kv_hdr_encode(r->buf, &h, r->buf + WIMM_KV_HEADER);
+	if (corrupt)
+		r->buf[WIMM_KV_HEADER + len / 2] ^= 1;
+	int rc = wimm_write_imm(r->c, r->mr, 0, off, WIMM_KV_HEADER + len, imm, WIMM_F_WAIT);
+	if (rc < 0)
+		die("hostile: write_imm: %s", wimm_kv_strerror(rc));
+	return raw_wait(r, KV_IMM(KV_OP_DONE, KV_WIMM_GRANT(imm)));
+}
+
+/* hostile FABRIC ADDR: outside its window, a bad checksum, a grant it does
+ * not hold, a wrong key hash: all refused; then it publishes "mine" and
+ * rewrites that slot behind the server's back (checked by the checker). */
+static int role_hostile(char **a)
+{
+	static struct raw r;
+	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
+	struct wimm_conn_info ci;
+	uint32_t gid;
+	uint64_t off, version;
+	int rc = wimm_ctx_open(a[0], NULL, &r.ctx);
+	if (rc == 0)
+		rc = wimm_mr_reg(r.ctx, r.buf, sizeof(r.buf), WIMM_LOCAL, &r.mr);
+	if (rc == 0)
+		rc = wimm_connect(r.ctx, a[1], &ca, 10000 * scale(), &r.c);
+	if (rc < 0)
+		die("hostile: connect: %s", wimm_kv_strerror(rc));
+	raw_wait(&r, KV_IMM(KV_OP_HELLO, 0));
+	wimm_conn_info(r.c, &ci);
+	/* Its window is its arena and nothing more. */
+	if (ci.peer_window_len != kv_get64(r.reply + 16) ||
+	    (rc = wimm_write(r.c, r.mr, 0, ci.peer_window_len - 8, 64, 0)) != WIMM_E_BOUNDS)
+		die("hostile: window %zu, write past it: %s", ci.peer_window_len,
+		    wimm_kv_strerror(rc));
+	uint32_t hash = kv_key_hash("h", 1);
+	raw_grant(&r, "h", 100, 1, &gid, &off, &version);
+	if ((rc = raw_write(&r, "h", 100, off, version, KV_WIMM(gid, hash, 0), 1)) !=
+	    WIMM_KV_E_CORRUPT)
+		die("hostile: a bad checksum: %s", wimm_kv_strerror(rc));
+	if ((rc = raw_write(&r, "h", 100, off, version, KV_WIMM(gid, hash, 0), 0)) !=
+	    WIMM_KV_E_CORRUPT)
+		die("hostile: a grant already used: %s", wimm_kv_strerror(rc));
+	raw_grant(&r, "h", 100, 2, &gid, &off, &version);
+	if ((rc = raw_write(&r, "h", 100, off, version, KV_WIMM(gid, hash + 1, 0), 0)) !=
+	    WIMM_KV_E_CORRUPT)
+		die("hostile: a wrong key hash: %s", wimm_kv_strerror(rc));
+	hash = kv_key_hash("mine", 4);
+	raw_grant(&r, "mine", 100, 3, &gid, &off, &version);
+	if ((rc = raw_write(&r, "mine", 100, off, version, KV_WIMM(gid, hash, 0), 0)) != 0)
+		die("hostile: a good put: %s", wimm_kv_strerror(rc));
+	memset(r.buf, 'X', 64);
+	rc = wimm_write(r.c, r.mr, 0, off + WIMM_KV_HEADER, 64, WIMM_F_SIGNAL | WIMM_F_WAIT);
+	if (rc < 0 || (rc = wimm_conn_close(&r.c, 5000)) < 0)
+		die("hostile: rewrite its own slot: %s", wimm_kv_strerror(rc));
+	wimm_mr_dereg(&r.mr);
+	wimm_ctx_close(&r.ctx);
+	return 0;
+}
+
 static struct wimm_kv_stats stat_of(struct wimm_kv_client *c)
 {
 	struct wimm_kv_stats st;
@@ -347,7 +459,26 @@ static int role_checker(char **a)
 {
 	struct wimm_kv_client *c = kv_open(a[0], a[1]);
 	struct wimm_kv_stats st = stat_of(c);
-	if (strcmp(a[2], "crash0") == 0) {
+	if (strcmp(a[2], "safe0") == 0) {
+		unsigned char v[3000];
+		make_value(v, 11, 1, 1, sizeof(v));
+		int rc = wimm_kv_put(c, "safe", 4, v, sizeof(v), 0);
+		if (rc < 0)
+			die("safe0: %s", wimm_kv_strerror(rc));
+	} else if (strcmp(a[2], "safe1") == 0) {
+		unsigned char v[256];
+		size_t len;
+		expect_value(c, "safe", 11, 1);
+		int rc = wimm_kv_get(c, "h", 1, v, sizeof(v), &len);
+		if (rc != WIMM_KV_E_NOTFOUND)
+			die("safe1: a refused put is visible: %s", wimm_kv_strerror(rc));
+		rc = wimm_kv_get(c, "mine", 4, v, sizeof(v), &len);
+		if (rc != WIMM_KV_E_CORRUPT)
+			die("safe1: a rewritten slot: %s, expected CORRUPT", wimm_kv_strerror(rc));
+		if (st.bad_puts != 3 || st.keys != 2 || wimm_kv_client_retries(c) == 0)
+			die("safe1: %llu bad puts, %llu keys", (unsigned long long)st.bad_puts,
+			    (unsigned long long)st.keys);
+	} else if (strcmp(a[2], "crash0") == 0) {
 		if (st.grants_pending != 1)
 			die("crash0: %llu grants pending, expected 1",
 			    (unsigned long long)st.grants_pending);
@@ -494,6 +625,8 @@ static int child_main(int argc, char **argv)
 		return role_hot(a, role[0] == 'w');
 	if (strcmp(role, "crasher") == 0 && argc == 3)
 		return role_crasher(a);
+	if (strcmp(role, "hostile") == 0 && argc == 3)
+		return role_hostile(a);
 	if (strcmp(role, "checker") == 0 && argc == 4)
 		return role_checker(a);
 	if (strcmp(role, "evict") == 0 && argc == 3)
@@ -701,6 +834,17 @@ static int scenario(const char *fabric, const char *name)
 		spawn("checker1", (char *const[]){"checker", (char *)fabric, addr, "crash1", NULL});
 		fails += run_kids(first, 30.0 * scale());
 		fails += stop_server() != 0;
+	} else if (strcmp(name, "hostile") == 0) {
+		start_server(fabric, "8388608", "4", "200");
+		const char *steps[3][2] = {
+		    {"checker", "safe0"}, {"hostile", NULL}, {"checker", "safe1"}};
+		for (int i = 0; i < 3; i++) {
+			first = nkids;
+			spawn(steps[i][0], (char *const[]){(char *)steps[i][0], (char *)fabric,
+							   addr, (char *)steps[i][1], NULL});
+			fails += run_kids(first, 60.0 * scale());
+		}
+		fails += stop_server() != 0;
 	} else if (strcmp(name, "evict") == 0 || strcmp(name, "full") == 0 ||
 		   strcmp(name, "input") == 0) {
 		start_server(fabric, "262144", "2", "200");
@@ -709,7 +853,7 @@ static int scenario(const char *fabric, const char *name)
 		fails += run_kids(first, 60.0 * scale());
 		fails += stop_server() != 0;
 	} else {
-		die("unknown scenario %s (mixed overwrite crash evict full input)", name);
+		die("unknown scenario %s (mixed overwrite crash hostile evict full input)", name);
 	}
 	kill_all();
 	return fails;
@@ -723,7 +867,7 @@ int main(int argc, char **argv)
 		return child_main(argc - 2, argv + 2);
 	if (argc != 3) {
 		fprintf(stderr,
-			"usage: %s FABRIC SCENARIO (mixed overwrite crash evict full "
+			"usage: %s FABRIC SCENARIO (mixed overwrite crash hostile evict full "
 			"input)\n",
 			argv[0]);
 		return 2;
