@@ -34,6 +34,7 @@
 static const size_t sizes[NSIZES] = {64, 1024, 16384};
 static const int clients[NCLIENTS] = {1, 8};
 enum { D_WRITE_IMM, D_SEND_IMM, D_REDIS };
+static unsigned spin_flags; /* --spin: WIMM_CTX_POLLING everywhere */
 static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "redis"};
 
 static uint64_t now_ns(void)
@@ -80,7 +81,7 @@ static int bench_client(const char *fabric, const char *addr, int id, size_t siz
 			int design, int rep_fd, int go_fd)
 {
 	struct wimm_kv_client_attr ca = {
-	    .fabric = fabric, .ctx_flags = WIMM_CTX_POLLING, .timeout_ms = 20000};
+	    .fabric = fabric, .ctx_flags = spin_flags, .timeout_ms = 20000};
 	struct wimm_kv_client *c;
 	uint32_t *lat = malloc(sizeof(uint32_t) * ops * 2);
 	unsigned char *v = malloc(size), *g = malloc(size);
@@ -324,7 +325,8 @@ static pid_t start_kv(const char *fabric, char *addr, size_t alen)
 						.addr = "127.0.0.1:0",
 						.memory = (size_t)160 << 20,
 						.max_clients = 10,
-						.lease_ms = 100};
+						.lease_ms = 100,
+						.ctx_flags = spin_flags};
 		struct wimm_kv_server *s;
 		int rc = wimm_kv_server_new(&a, &s);
 		if (rc < 0) {
@@ -411,11 +413,13 @@ int kv_bench(int argc, char **argv)
 				fprintf(stderr, "wimm kv bench: --rounds is 1..%d\n", MAX_ROUNDS);
 				return 2;
 			}
+		} else if (strcmp(argv[i], "--spin") == 0) {
+			spin_flags = WIMM_CTX_POLLING;
 		} else if (strcmp(argv[i], "--no-redis") == 0) {
 			redis = 0;
 		} else {
 			fprintf(stderr, "usage: wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] "
-					"[--no-redis]\n");
+					"[--spin] [--no-redis]\n");
 			return 2;
 		}
 	}
@@ -433,8 +437,9 @@ int kv_bench(int argc, char **argv)
 	if (kpid < 0)
 		fprintf(stderr, "wimm kv bench: cannot start the kv server on %s\n", fabric);
 	printf("wimm kv bench: %s, %llu ops per client and phase, %d keys per client, %llu "
-	       "rounds%s\n",
-	       fabric, ops, KEYS, rounds, redis ? ", redis-server on the same host" : "");
+	       "rounds, %s%s\n",
+	       fabric, ops, KEYS, rounds, spin_flags ? "spinning" : "adaptive waits",
+	       redis ? ", redis-server on the same host" : "");
 	for (unsigned r = 0; rc == 0 && r < rounds; r++)
 		for (int s = 0; rc == 0 && s < NSIZES; s++)
 			for (int c = 0; rc == 0 && c < NCLIENTS; c++)

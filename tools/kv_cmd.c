@@ -26,7 +26,7 @@ static void kv_usage(FILE *f)
 	      "       wimm kv get  [-f FABRIC] HOST[:PORT] KEY     (the value on stdout)\n"
 	      "       wimm kv del  [-f FABRIC] HOST[:PORT] KEY\n"
 	      "       wimm kv stat [-f FABRIC] HOST[:PORT]\n"
-	      "       wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] [--no-redis]\n"
+	      "       wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] [--spin] [--no-redis]\n"
 	      "\n"
 	      "  --memory SIZE  slot memory, K/M/G suffixes (e.g. 64M); split into one arena\n"
 	      "                 per client (--clients, default 16), a power of two each\n"

@@ -123,7 +123,10 @@ struct wimm_kv_server_attr {
 	 * buffers. 0 = 16 KiB; at most 1 MiB. */
 	uint32_t send_put_max;
 	uint32_t liveness_ms; /* wimm_ctx_attr.liveness_ms; 0: the core's default */
-	wimm_log_fn log;      /* why a client was refused or dropped; NULL: silent */
+	/* wimm_ctx_attr.flags; WIMM_CTX_POLLING also makes the server spin
+	 * (WIMM_WAIT_SPIN) instead of spinning briefly, then sleeping. */
+	unsigned ctx_flags;
+	wimm_log_fn log; /* why a client was refused or dropped; NULL: silent */
 	void *log_arg;
 };
 
@@ -158,7 +161,8 @@ struct wimm_kv_client;
 struct wimm_kv_client_attr {
 	const char *fabric; /* as the server's; NULL: "auto" */
 	int timeout_ms;	    /* longest wait for any answer; 0: 5000 */
-	unsigned ctx_flags; /* wimm_ctx_attr.flags, e.g. WIMM_CTX_POLLING */
+	/* wimm_ctx_attr.flags; WIMM_CTX_POLLING also makes waits spin. */
+	unsigned ctx_flags;
 	uint32_t liveness_ms;
 };
 

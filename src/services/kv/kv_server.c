@@ -322,7 +322,7 @@ int wimm_kv_server_run(struct wimm_kv_server *s, int timeout_ms)
 	struct wimm_event ev[64];
 	if (!s)
 		return WIMM_E_INVAL;
-	int n = wimm_wait(s->ctx, ev, 64, WIMM_WAIT_ADAPTIVE, timeout_ms);
+	int n = wimm_wait(s->ctx, ev, 64, s->wait_mode, timeout_ms);
 	if (n < 0)
 		return n;
 	for (int i = 0; i < n; i++)
@@ -406,7 +406,9 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 			goto fail;
 	}
 
-	struct wimm_ctx_attr cattr = {.post_wait_ms = 2000,
+	s->wait_mode = (attr->ctx_flags & WIMM_CTX_POLLING) ? WIMM_WAIT_SPIN : WIMM_WAIT_ADAPTIVE;
+	struct wimm_ctx_attr cattr = {.flags = attr->ctx_flags,
+				      .post_wait_ms = 2000,
 				      .liveness_ms = attr->liveness_ms,
 				      .log = attr->log,
 				      .log_arg = attr->log_arg};

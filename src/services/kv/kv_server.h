@@ -64,6 +64,7 @@ struct wimm_kv_server {
 	unsigned char *reply_buf;
 	uint32_t reply_next;
 	struct kv_arena *arena;
+	enum wimm_wait_mode wait_mode;
 	uint32_t narenas, max_slot, lease_ms, send_put_max, next_id;
 	struct kv_entry **bucket;
 	size_t nbuckets;
