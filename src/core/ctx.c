@@ -690,7 +690,7 @@ static int ctx_block(struct wimm_ctx *ctx, int timeout_ms)
 	struct epoll_event ready[8];
 
 	/* Arm, then sleep only if the re-check found nothing: an event that
-	 * arrived before arming raises no wake-up (ERRATA E6). */
+	 * arrived before arming raises no wake-up (docs/errata.md E6). */
 	int ret = wimm_ctx_arm(ctx);
 	if (ret == WIMM_E_AGAIN)
 		return 0;

@@ -1,7 +1,7 @@
 /* Credits (contract item 4): a sender stops at the peer's receive window
  * with AGAIN, gets its credits back when the peer polls, can wait for them,
  * and a flood into a slow receiver loses, duplicates and reorders nothing
- * (ERRATA E1: no RNR; E5: no CQ overrun). */
+ * (docs/errata.md E1: no RNR; E5: no CQ overrun). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
