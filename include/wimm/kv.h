@@ -33,10 +33,11 @@
  * quota: eviction under pressure (LRU, pinned keys never) takes keys whose
  * slots lie in that arena. When a client's connection goes down its pending
  * grants are freed (no key ever pointed at them) and its arena goes to the
- * next client; published values in it stay. A client could still rewrite
- * its own published slots (they are inside its window): readers then see a
- * CRC mismatch and the get fails with WIMM_KV_E_CORRUPT rather than return
- * the bytes.
+ * next client; published values in it stay. What the window cannot stop:
+ * a client rewriting a published slot inside its own arena (one it wrote,
+ * or one an earlier client of the same arena wrote). Readers then see a
+ * CRC mismatch and the get fails with WIMM_KV_E_CORRUPT rather than
+ * return the bytes; the rewrite never reaches another arena.
  *
  * Reads go over a second connection of each client, to the read port
  * (control port + 1, or what the server announces), whose window is the
