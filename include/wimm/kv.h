@@ -220,6 +220,12 @@ int wimm_kv_del(struct wimm_kv_client *c, const void *key, size_t klen);
 /* The server's counters. Errors: INVAL, TIMEDOUT, DISCONNECTED. */
 int wimm_kv_stat(struct wimm_kv_client *c, struct wimm_kv_stats *out);
 
+/* Keep an idle client alive: the core's liveness check drops a peer that
+ * was silent for liveness_ms (default 5 s), and a client only talks inside
+ * its calls. Call this at least every liveness_ms / 4 while making no other
+ * call. Errors: INVAL, DISCONNECTED (the server went away). */
+int wimm_kv_client_poll(struct wimm_kv_client *c);
+
 /* Reads that failed their checks and were retried by this client (torn or
  * stale reads caught), and lookups redone because a lease ran out. */
 uint64_t wimm_kv_client_retries(const struct wimm_kv_client *c);

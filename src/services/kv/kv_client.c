@@ -269,6 +269,19 @@ int wimm_kv_stat(struct wimm_kv_client *c, struct wimm_kv_stats *out)
 	return 0;
 }
 
+int wimm_kv_client_poll(struct wimm_kv_client *c)
+{
+	struct wimm_event ev[16];
+	if (!c)
+		return WIMM_E_INVAL;
+	int n;
+	/* Nothing is expected now: late answers of timed-out calls go. */
+	while (!c->dead && (n = wimm_poll(c->ctx, ev, 16)) > 0)
+		for (int i = 0; i < n; i++)
+			c->dead |= ev[i].type == WIMM_EV_DISCONNECT;
+	return c->dead ? WIMM_E_DISCONNECTED : 0;
+}
+
 uint64_t wimm_kv_client_retries(const struct wimm_kv_client *c)
 {
 	return c ? c->retries : 0;
