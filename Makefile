@@ -52,7 +52,7 @@ bench: build
 # The kv slot pool against redis-server + redis-benchmark (Debian redis).
 bench-kv: build
 	$(BUILD)/tools/wimm kv bench -f ofi:tcp
-	$(BUILD)/tools/wimm kv bench -f ofi:shm
+	$(BUILD)/tools/wimm kv bench -f ofi:shm --spin
 
 bench-softroce: build
 	tests/softroce/run bench/softroce.sh $(BUILD)

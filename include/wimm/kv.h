@@ -125,7 +125,10 @@ struct wimm_kv_server_attr {
 	uint32_t send_put_max;
 	uint32_t liveness_ms; /* wimm_ctx_attr.liveness_ms; 0: the core's default */
 	/* wimm_ctx_attr.flags; WIMM_CTX_POLLING also makes the server spin
-	 * (WIMM_WAIT_SPIN) instead of spinning briefly, then sleeping. */
+	 * (WIMM_WAIT_SPIN). Otherwise it sleeps at once (WIMM_WAIT_BLOCK: on
+	 * a loaded host spinning first takes the core from the peer), except
+	 * on ofi:shm, whose blocking waits wake at a 1 ms tick: there it
+	 * spins briefly first (WIMM_WAIT_ADAPTIVE). */
 	unsigned ctx_flags;
 	wimm_log_fn log; /* why a client was refused or dropped; NULL: silent */
 	void *log_arg;
@@ -162,7 +165,7 @@ struct wimm_kv_client;
 struct wimm_kv_client_attr {
 	const char *fabric; /* as the server's; NULL: "auto" */
 	int timeout_ms;	    /* longest wait for any answer; 0: 5000 */
-	/* wimm_ctx_attr.flags; WIMM_CTX_POLLING also makes waits spin. */
+	/* wimm_ctx_attr.flags; waits as the server's (ctx_flags there). */
 	unsigned ctx_flags;
 	uint32_t liveness_ms;
 };

@@ -305,13 +305,13 @@ int wimm_kv_connect(const char *addr, const struct wimm_kv_client_attr *attr,
 		return WIMM_E_NOMEM;
 	c->timeout_ms = attr && attr->timeout_ms > 0 ? attr->timeout_ms : 5000;
 	unsigned flags = attr ? attr->ctx_flags : 0;
-	c->wait_mode = (flags & WIMM_CTX_POLLING) ? WIMM_WAIT_SPIN : WIMM_WAIT_ADAPTIVE;
 	struct wimm_ctx_attr cattr = {.flags = flags,
 				      .post_wait_ms = (uint32_t)c->timeout_ms,
 				      .liveness_ms = attr ? attr->liveness_ms : 0};
 	rc = wimm_ctx_open(attr && attr->fabric ? attr->fabric : "auto", &cattr, &c->ctx);
 	if (rc < 0)
 		goto fail;
+	c->wait_mode = kv_wait_mode(c->ctx, flags);
 	struct wimm_conn_attr cta = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
 	rc = wimm_connect(c->ctx, addr, &cta, c->timeout_ms, &c->ctl);
 	if (rc < 0)

@@ -101,6 +101,13 @@ int kv_class_of(size_t len)
 	return order;
 }
 
+enum wimm_wait_mode kv_wait_mode(struct wimm_ctx *ctx, unsigned ctx_flags)
+{
+	if (ctx_flags & WIMM_CTX_POLLING)
+		return WIMM_WAIT_SPIN;
+	return strcmp(wimm_ctx_fabric(ctx), "ofi:shm") == 0 ? WIMM_WAIT_ADAPTIVE : WIMM_WAIT_BLOCK;
+}
+
 uint64_t kv_now_ms(void)
 {
 	struct timespec ts;

@@ -106,6 +106,10 @@ void kv_hdr_encode(unsigned char *slot, const struct kv_hdr *h, const void *valu
 int kv_hdr_decode(const unsigned char *slot, struct kv_hdr *h);
 /* Order (0 = 256 B) of the smallest slot for a value of len; -1 if none. */
 int kv_class_of(size_t len);
+/* How a kv object waits: spin with WIMM_CTX_POLLING, else sleep at once
+ * (spinning first takes the core from the peer on a loaded host), but on
+ * ofi:shm, whose blocking waits wake only at a 1 ms tick, spin briefly. */
+enum wimm_wait_mode kv_wait_mode(struct wimm_ctx *ctx, unsigned ctx_flags);
 /* Milliseconds of CLOCK_MONOTONIC. */
 uint64_t kv_now_ms(void);
 

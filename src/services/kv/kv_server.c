@@ -406,7 +406,6 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 			goto fail;
 	}
 
-	s->wait_mode = (attr->ctx_flags & WIMM_CTX_POLLING) ? WIMM_WAIT_SPIN : WIMM_WAIT_ADAPTIVE;
 	struct wimm_ctx_attr cattr = {.flags = attr->ctx_flags,
 				      .post_wait_ms = 2000,
 				      .liveness_ms = attr->liveness_ms,
@@ -415,6 +414,7 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	rc = wimm_ctx_open(attr->fabric ? attr->fabric : "auto", &cattr, &s->ctx);
 	if (rc < 0)
 		goto fail;
+	s->wait_mode = kv_wait_mode(s->ctx, attr->ctx_flags);
 	rc = wimm_mr_reg(s->ctx, s->pool, s->pool_len, WIMM_REMOTE_WRITE, &s->mr_rw);
 	if (rc < 0)
 		goto fail;

@@ -489,6 +489,8 @@ static int role_input(char **a)
 		die("input: put by send: %s", wimm_kv_strerror(rc));
 	if ((rc = wimm_kv_put_commit(c)) != WIMM_E_INVAL)
 		die("input: commit without begin: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_client_poll(c)) != 0)
+		die("input: poll of an idle client: %s", wimm_kv_strerror(rc));
 	wimm_kv_close(&c2);
 	wimm_kv_close(&c);
 	/* Nothing listens on port 1. */
