@@ -55,28 +55,16 @@ int kv_parse_size(const char *text, unsigned long long *out)
 		return -1;
 	errno = 0;
 	unsigned long long v = strtoull(text, &end, 10);
-	unsigned shift = 0;
 	if (errno)
 		return -1;
-	if (*end && !end[1]) {
-		switch (*end) {
-		case 'k':
-		case 'K':
-			shift = 10;
-			break;
-		case 'm':
-		case 'M':
-			shift = 20;
-			break;
-		case 'g':
-		case 'G':
-			shift = 30;
-			break;
-		default:
-			return -1;
-		}
+	/* K, M, G (either case): 2^10, 2^20, 2^30. */
+	static const char suffixes[] = "kKmMgG";
+	const char *suffix = *end ? strchr(suffixes, *end) : NULL;
+	if (*end && (!suffix || end[1]))
+		return -1;
+	unsigned shift = suffix ? 10u * (unsigned)((suffix - suffixes) / 2 + 1) : 0;
+	if (suffix)
 		end++;
-	}
 	if (*end || v > (~0ull >> shift))
 		return -1;
 	*out = v << shift;

@@ -2,6 +2,7 @@
  * The request handlers (put, get, delete, stat, commit) are in
  * kv_server_ops.c; this file owns the objects and the event loop. */
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -388,7 +389,12 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	s->stats.arena = s->arena_len;
 
 	rc = WIMM_E_NOMEM;
-	s->pool = aligned_alloc(4096, s->pool_len);
+	/* Anonymous pages: zero (no slot ever shows an earlier process's
+	 * bytes) and touched only as slots are used. */
+	s->pool =
+	    mmap(NULL, s->pool_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->pool == MAP_FAILED)
+		s->pool = NULL;
 	s->arena = calloc(nclients, sizeof(*s->arena));
 	s->retired_cap = s->pool_len / WIMM_KV_MIN_SLOT;
 	s->retired = calloc(s->retired_cap, sizeof(*s->retired));
@@ -399,7 +405,6 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	s->reply_buf = calloc(KV_REPLY_RING, KV_REPLY_MAX);
 	if (!s->pool || !s->arena || !s->retired || !s->bucket || !s->reply_buf)
 		goto fail;
-	memset(s->pool, 0, s->pool_len);
 	for (uint32_t a = 0; a < nclients; a++) {
 		rc = kv_buddy_init(&s->arena[a].buddy, (uint32_t)(s->arena_len / WIMM_KV_MIN_SLOT));
 		if (rc < 0)
@@ -478,7 +483,8 @@ void wimm_kv_server_delete(struct wimm_kv_server **sp)
 	free(s->retired);
 	free(s->arena);
 	free(s->reply_buf);
-	free(s->pool);
+	if (s->pool)
+		munmap(s->pool, s->pool_len);
 	free(s);
 	*sp = NULL;
 }

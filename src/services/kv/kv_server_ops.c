@@ -32,7 +32,9 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	int32_t unit;
 	unsigned char m[24];
 	int rc = ev->len >= 8 ? parse_key(p, ev->len, 8, &key, &klen) : WIMM_E_INVAL;
-	if (rc < 0 || ev->len != 10 + klen)
+	if (rc == 0 && ev->len != 10 + klen)
+		rc = WIMM_E_INVAL;
+	if (rc < 0)
 		goto refuse;
 	uint32_t len = kv_get32(p), flags = kv_get32(p + 4);
 	int order = kv_class_of(len);
