@@ -678,7 +678,7 @@ static int scenario(const char *fabric, const char *name)
 		int longrun = getenv("WIMM_KV_TEST_LONG") && atoi(getenv("WIMM_KV_TEST_LONG"));
 		int n = longrun ? 64 : 8;
 		unsigned keys = longrun ? 100000 : 2000, ops = longrun ? 1000000 / 64 : 2000;
-		start_server(fabric, longrun ? "301989888" : "100663296", longrun ? "72" : "12",
+		start_server(fabric, longrun ? "603979776" : "100663296", longrun ? "72" : "12",
 			     "200");
 		first = nkids;
 		for (int i = 0; i < n; i++) {
