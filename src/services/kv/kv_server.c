@@ -294,8 +294,15 @@ static void handle(struct wimm_kv_server *s, const struct wimm_event *ev)
 	case WIMM_EV_SEND_IMM:
 		if (cl->is_read)
 			cl->dead = 1;
-		else
-			kv_request(s, cl, ev);
+		else if (ev->len <= s->scratch_len) {
+			/* A copy: an answer that waits for credit hands receive
+			 * buffers back, and the data of later events of this
+			 * batch with them. */
+			struct wimm_event copy = *ev;
+			memcpy(s->scratch, ev->data, ev->len);
+			copy.data = s->scratch;
+			kv_request(s, cl, &copy);
+		}
 		break;
 	case WIMM_EV_WRITE_IMM:
 		if (cl->is_read)
@@ -403,7 +410,9 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 		s->nbuckets *= 2;
 	s->bucket = calloc(s->nbuckets, sizeof(*s->bucket));
 	s->reply_buf = calloc(KV_REPLY_RING, KV_REPLY_MAX);
-	if (!s->pool || !s->arena || !s->retired || !s->bucket || !s->reply_buf)
+	s->scratch_len = 16 + WIMM_KV_MAX_KEY + sput;
+	s->scratch = malloc(s->scratch_len);
+	if (!s->pool || !s->arena || !s->retired || !s->bucket || !s->reply_buf || !s->scratch)
 		goto fail;
 	for (uint32_t a = 0; a < nclients; a++) {
 		rc = kv_buddy_init(&s->arena[a].buddy, (uint32_t)(s->arena_len / WIMM_KV_MIN_SLOT));
@@ -483,6 +492,7 @@ void wimm_kv_server_delete(struct wimm_kv_server **sp)
 	free(s->retired);
 	free(s->arena);
 	free(s->reply_buf);
+	free(s->scratch);
 	if (s->pool)
 		munmap(s->pool, s->pool_len);
 	free(s);

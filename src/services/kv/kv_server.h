@@ -62,6 +62,8 @@ struct wimm_kv_server {
 	size_t pool_len, arena_len;
 	struct wimm_mr *mr_rw, *mr_ro, *reply_mr;
 	unsigned char *reply_buf;
+	unsigned char *scratch; /* a copy of the request being handled */
+	size_t scratch_len;
 	uint32_t reply_next;
 	struct kv_arena *arena;
 	enum wimm_wait_mode wait_mode;
