@@ -29,7 +29,11 @@
  * power of two), the control connection's window is exactly that client's
  * arena (WIMM_REMOTE_WRITE only), and the server grants slots only from it.
  * A client therefore cannot write a byte of any other client's slots; the
- * core refuses such a write at the transport. The arena is the client's
+ * core refuses such a write at the transport. (Why arenas and not only a
+ * per-grant check on the completion: a window is fixed when a connection
+ * is accepted, and a check on the completion comes after the bytes have
+ * landed, in someone else's slot if the client lied. The server still
+ * checks each completion against its grant.) The arena is the client's
  * quota: eviction under pressure (LRU, pinned keys never) takes keys whose
  * slots lie in that arena. When a client's connection goes down its pending
  * grants are freed (no key ever pointed at them) and its arena goes to the
