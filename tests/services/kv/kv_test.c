@@ -1,5 +1,5 @@
 /* wimm_kv tests, multi-process on a real fabric:
- *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile evict full input
+ *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile lease evict full input
  * The parent only orchestrates: the server and every client are processes
  * of their own (fork + exec of this binary with --child ROLE), since
  * libfabric's shm provider state is not safe to share between threads. A
@@ -73,7 +73,7 @@ static uint32_t rd32(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len)
+void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len)
 {
 	uint64_t s = ((uint64_t)key << 40) ^ ((uint64_t)writer << 24) ^ seq;
 	le32(v, key);
@@ -85,8 +85,7 @@ static void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t
 }
 
 /* 0 if v is a whole value of key; its writer and seq. */
-static int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer,
-		       uint32_t *seq)
+int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer, uint32_t *seq)
 {
 	if (len < VHDR || rd32(v) != key || rd32(v + 12) != len)
 		return -1;
@@ -368,6 +367,30 @@ static int role_checker(char **a)
 		if (st.bad_puts != 3 || st.keys != 2 || wimm_kv_client_retries(c) == 0)
 			die("safe1: %llu bad puts, %llu keys", (unsigned long long)st.bad_puts,
 			    (unsigned long long)st.keys);
+	} else if (strcmp(a[2], "lease0") == 0 || strcmp(a[2], "lease1") == 0) {
+		/* lease0: "L" v1; lease1: "L" v2, then 20 other keys. */
+		unsigned char v[990];
+		char k[16];
+		uint32_t seq = a[2][5] == '0' ? 1 : 2;
+		make_value(v, 21, 1, seq, sizeof(v));
+		int rc = wimm_kv_put(c, "L", 1, v, sizeof(v), 0);
+		for (uint32_t i = 0; rc == 0 && seq == 2 && i < 20; i++) {
+			snprintf(k, sizeof(k), "churn%u", i);
+			rc = wimm_kv_put(c, k, strlen(k), v, sizeof(v), 0);
+		}
+		if (rc < 0)
+			die("%s: put: %s", a[2], wimm_kv_strerror(rc));
+		if (seq == 2 && (st = stat_of(c)).retired != 1)
+			die("lease1: %llu slots retired, expected v1's, held by the lease",
+			    (unsigned long long)st.retired);
+	} else if (strcmp(a[2], "lease2") == 0) {
+		double give_up = now_s() + 10.0 * scale();
+		while ((st = stat_of(c)).retired != 0) {
+			if (now_s() > give_up)
+				die("lease2: v1's slot still retired after its lease");
+			usleep(20000);
+		}
+		expect_value(c, "L", 21, 2);
 	} else if (strcmp(a[2], "crash0") == 0) {
 		if (st.grants_pending != 1)
 			die("crash0: %llu grants pending, expected 1",
@@ -519,6 +542,8 @@ static int child_main(int argc, char **argv)
 		return role_crasher(a);
 	if (strcmp(role, "hostile") == 0 && argc == 3)
 		return role_hostile(a);
+	if (strcmp(role, "leaser") == 0 && argc == 3)
+		return role_leaser(a);
 	if (strcmp(role, "checker") == 0 && argc == 4)
 		return role_checker(a);
 	if (strcmp(role, "evict") == 0 && argc == 3)
@@ -534,7 +559,7 @@ static int child_main(int argc, char **argv)
 
 struct kid {
 	pid_t pid;
-	int out; /* its stdout */
+	int out, in; /* its stdout, its stdin */
 	char name[32];
 };
 
@@ -543,13 +568,13 @@ static int nkids;
 
 static struct kid *spawn(const char *name, char *const *args)
 {
-	int p[2];
+	int p[2], q[2];
 	char *argv[16] = {(char *)self_path, "--child"};
 	int n = 2;
 	for (int i = 0; args[i] && n < 15; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	if (nkids == MAX_KIDS || pipe2(p, O_CLOEXEC) < 0)
+	if (nkids == MAX_KIDS || pipe2(p, O_CLOEXEC) < 0 || pipe2(q, O_CLOEXEC) < 0)
 		die("cannot start %s", name);
 	fflush(stdout);
 	fflush(stderr);
@@ -557,15 +582,18 @@ static struct kid *spawn(const char *name, char *const *args)
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(p[1], 1);
+		dup2(q[0], 0);
 		execv(self_path, argv);
 		_exit(127);
 	}
 	close(p[1]);
+	close(q[0]);
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	struct kid *k = &kids[nkids++];
 	k->pid = pid;
 	k->out = p[0];
+	k->in = q[1];
 	snprintf(k->name, sizeof(k->name), "%s", name);
 	return k;
 }
@@ -737,6 +765,33 @@ static int scenario(const char *fabric, const char *name)
 			fails += run_kids(first, 60.0 * scale());
 		}
 		fails += stop_server() != 0;
+	} else if (strcmp(name, "lease") == 0) {
+		/* A reader holds a lease on "L" v1 while v1 is overwritten and
+		 * more is put: the old slot waits, the reader still reads v1
+		 * whole after the overwrite; after the lease the slot is freed. */
+		char line[16], lease[16];
+		snprintf(lease, sizeof(lease), "%d", 2000 * scale());
+		start_server(fabric, "8388608", "4", lease);
+		first = nkids;
+		spawn("lease0", (char *const[]){"checker", (char *)fabric, addr, "lease0", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		struct kid *k =
+		    spawn("leaser", (char *const[]){"leaser", (char *)fabric, addr, NULL});
+		if (read_line(k, line, sizeof(line), 20.0 * scale()) < 0 || line[0] != 'G') {
+			kill_all();
+			die("the leaser did not get its lease");
+		}
+		first = nkids;
+		spawn("lease1", (char *const[]){"checker", (char *)fabric, addr, "lease1", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		if (write(k->in, "go\n", 3) != 3 || reap(k, 30.0 * scale()) != 0) {
+			fprintf(stderr, "kv_test: the leaser failed\n");
+			fails++;
+		}
+		first = nkids;
+		spawn("lease2", (char *const[]){"checker", (char *)fabric, addr, "lease2", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		fails += stop_server() != 0;
 	} else if (strcmp(name, "evict") == 0 || strcmp(name, "full") == 0 ||
 		   strcmp(name, "input") == 0) {
 		start_server(fabric, "262144", "2", "200");
@@ -745,7 +800,8 @@ static int scenario(const char *fabric, const char *name)
 		fails += run_kids(first, 60.0 * scale());
 		fails += stop_server() != 0;
 	} else {
-		die("unknown scenario %s (mixed overwrite crash hostile evict full input)", name);
+		die("unknown scenario %s (mixed overwrite crash hostile lease evict full input)",
+		    name);
 	}
 	kill_all();
 	return fails;
@@ -759,7 +815,7 @@ int main(int argc, char **argv)
 		return child_main(argc - 2, argv + 2);
 	if (argc != 3) {
 		fprintf(stderr,
-			"usage: %s FABRIC SCENARIO (mixed overwrite crash hostile evict full "
+			"usage: %s FABRIC SCENARIO (mixed overwrite crash hostile lease evict full "
 			"input)\n",
 			argv[0]);
 		return 2;

@@ -11,5 +11,10 @@ int scale(void);
 double now_s(void);
 /* hostile FABRIC ADDR (kv_test_hostile.c). */
 int role_hostile(char **a);
+/* leaser FABRIC ADDR (kv_test_hostile.c). */
+int role_leaser(char **a);
+/* A value of key by writer, seq (kv_test.c); 0 if v is whole and of key. */
+void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len);
+int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer, uint32_t *seq);
 
 #endif

@@ -2,6 +2,7 @@
  * wimm connection (kv_internal.h), to try what the client library never
  * does. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv_internal.h"
@@ -111,6 +112,69 @@ int role_hostile(char **a)
 	rc = wimm_write(r.c, r.mr, 0, off + WIMM_KV_HEADER, 64, WIMM_F_SIGNAL | WIMM_F_WAIT);
 	if (rc < 0 || (rc = wimm_conn_close(&r.c, 5000)) < 0)
 		die("hostile: rewrite its own slot: %s", wimm_kv_strerror(rc));
+	wimm_mr_dereg(&r.mr);
+	wimm_ctx_close(&r.ctx);
+	return 0;
+}
+
+/* leaser FABRIC ADDR: look "L" up by hand (a lease), say "G", wait for a
+ * line on stdin (the overwrite happens meanwhile), then read the slot of
+ * the lookup one-sided: it must still be v1, whole. */
+int role_leaser(char **a)
+{
+	static struct raw r;
+	struct wimm_conn *rd = NULL;
+	struct wimm_event ev[16];
+	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
+	char raddr[96], line[16];
+	int rc = wimm_ctx_open(a[0], NULL, &r.ctx);
+	if (rc == 0)
+		rc = wimm_mr_reg(r.ctx, r.buf, sizeof(r.buf), WIMM_LOCAL, &r.mr);
+	if (rc == 0)
+		rc = wimm_connect(r.ctx, a[1], &ca, 10000 * scale(), &r.c);
+	if (rc < 0)
+		die("leaser: connect: %s", wimm_kv_strerror(rc));
+	raw_wait(&r, KV_IMM(KV_OP_HELLO, 0));
+	snprintf(raddr, sizeof(raddr), "%.*s:%u", (int)(strrchr(a[1], ':') - a[1]), a[1],
+		 kv_get32(r.reply + 12));
+	rc = wimm_connect(r.ctx, raddr, &(struct wimm_conn_attr){.rx_depth = 4}, 10000 * scale(),
+			  &rd);
+	if (rc < 0)
+		die("leaser: connect the read port: %s", wimm_kv_strerror(rc));
+	kv_put16(r.buf, 1);
+	r.buf[2] = 'L';
+	rc = wimm_send_imm(r.c, r.mr, 0, 3, KV_IMM(KV_OP_GET, 1), WIMM_F_WAIT);
+	if (rc < 0 || (rc = raw_wait(&r, KV_IMM(KV_OP_GET, 1))) != 0)
+		die("leaser: lookup: %s", wimm_kv_strerror(rc));
+	uint32_t len = kv_get32(r.reply + 4);
+	uint64_t off = kv_get64(r.reply + 8), version = kv_get64(r.reply + 16);
+	printf("G\n");
+	fflush(stdout);
+	/* Waiting outside any wimm call (heartbeats pause; the test takes far
+	 * less than the 5 s liveness). */
+	if (!fgets(line, sizeof(line), stdin))
+		die("leaser: no go");
+	rc = wimm_read(rd, r.mr, 0, off, WIMM_KV_HEADER + len, WIMM_F_SIGNAL | WIMM_F_WAIT);
+	if (rc < 0)
+		die("leaser: read: %s", wimm_kv_strerror(rc));
+	for (int done = 0; !done;) {
+		int n = wimm_wait(r.ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 10000 * scale());
+		if (n <= 0)
+			die("leaser: the read never completed");
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == WIMM_EV_ERROR || ev[i].type == WIMM_EV_DISCONNECT)
+				die("leaser: the read failed: %s", wimm_kv_strerror(ev[i].status));
+			done |= ev[i].type == WIMM_EV_SEND_DONE && ev[i].op == WIMM_OP_READ;
+		}
+	}
+	struct kv_hdr h;
+	uint32_t w, seq;
+	if (kv_hdr_decode(r.buf, &h) < 0 || h.version != version || h.len != len ||
+	    wimm_kv_crc32c(r.buf + WIMM_KV_HEADER, len) != h.vcrc ||
+	    check_value(r.buf + WIMM_KV_HEADER, len, 21, &w, &seq) < 0 || seq != 1)
+		die("leaser: the leased slot changed under its lease");
+	wimm_conn_delete(&rd);
+	wimm_conn_delete(&r.c);
 	wimm_mr_dereg(&r.mr);
 	wimm_ctx_close(&r.ctx);
 	return 0;
