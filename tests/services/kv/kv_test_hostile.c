@@ -36,6 +36,21 @@ static int raw_wait(struct raw *r, uint32_t want)
 	die("hostile: no answer %08x", want);
 }
 
+/* Open a context, connect to the control port of a[1] and take the hello
+ * (left in r->reply). */
+static void raw_open(struct raw *r, char **a, const char *who)
+{
+	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
+	int rc = wimm_ctx_open(a[0], NULL, &r->ctx);
+	if (rc == 0)
+		rc = wimm_mr_reg(r->ctx, r->buf, sizeof(r->buf), WIMM_LOCAL, &r->mr);
+	if (rc == 0)
+		rc = wimm_connect(r->ctx, a[1], &ca, 10000 * scale(), &r->c);
+	if (rc < 0)
+		die("%s: connect: %s", who, wimm_kv_strerror(rc));
+	raw_wait(r, KV_IMM(KV_OP_HELLO, 0));
+}
+
 /* A grant for key "key" of len bytes: its id, offset, version. */
 static void raw_grant(struct raw *r, const char *key, uint32_t len, uint32_t seq, uint32_t *gid,
 		      uint64_t *off, uint64_t *version)
@@ -74,18 +89,11 @@ static int raw_write(struct raw *r, const char *key, uint32_t len, uint64_t off,
 int role_hostile(char **a)
 {
 	static struct raw r;
-	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
 	struct wimm_conn_info ci;
 	uint32_t gid;
 	uint64_t off, version;
-	int rc = wimm_ctx_open(a[0], NULL, &r.ctx);
-	if (rc == 0)
-		rc = wimm_mr_reg(r.ctx, r.buf, sizeof(r.buf), WIMM_LOCAL, &r.mr);
-	if (rc == 0)
-		rc = wimm_connect(r.ctx, a[1], &ca, 10000 * scale(), &r.c);
-	if (rc < 0)
-		die("hostile: connect: %s", wimm_kv_strerror(rc));
-	raw_wait(&r, KV_IMM(KV_OP_HELLO, 0));
+	int rc;
+	raw_open(&r, a, "hostile");
 	wimm_conn_info(r.c, &ci);
 	/* Its window is its arena and nothing more. */
 	if (ci.peer_window_len != kv_get64(r.reply + 16) ||
@@ -125,16 +133,9 @@ int role_leaser(char **a)
 	static struct raw r;
 	struct wimm_conn *rd = NULL;
 	struct wimm_event ev[16];
-	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
 	char raddr[96], line[16];
-	int rc = wimm_ctx_open(a[0], NULL, &r.ctx);
-	if (rc == 0)
-		rc = wimm_mr_reg(r.ctx, r.buf, sizeof(r.buf), WIMM_LOCAL, &r.mr);
-	if (rc == 0)
-		rc = wimm_connect(r.ctx, a[1], &ca, 10000 * scale(), &r.c);
-	if (rc < 0)
-		die("leaser: connect: %s", wimm_kv_strerror(rc));
-	raw_wait(&r, KV_IMM(KV_OP_HELLO, 0));
+	int rc;
+	raw_open(&r, a, "leaser");
 	snprintf(raddr, sizeof(raddr), "%.*s:%u", (int)(strrchr(a[1], ':') - a[1]), a[1],
 		 kv_get32(r.reply + 12));
 	rc = wimm_connect(r.ctx, raddr, &(struct wimm_conn_attr){.rx_depth = 4}, 10000 * scale(),
