@@ -92,7 +92,7 @@ int role_hostile(char **a)
 	struct wimm_conn_info ci;
 	uint32_t gid;
 	uint64_t off, version;
-	int rc;
+	int rc = 0;
 	raw_open(&r, a, "hostile");
 	wimm_conn_info(r.c, &ci);
 	/* Its window is its arena and nothing more. */
@@ -134,7 +134,7 @@ int role_leaser(char **a)
 	struct wimm_conn *rd = NULL;
 	struct wimm_event ev[16];
 	char raddr[96], line[16];
-	int rc;
+	int rc = 0;
 	raw_open(&r, a, "leaser");
 	snprintf(raddr, sizeof(raddr), "%.*s:%u", (int)(strrchr(a[1], ':') - a[1]), a[1],
 		 kv_get32(r.reply + 12));
