@@ -13,7 +13,7 @@ JOBS       ?= 2
 CMAKE      ?= cmake
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build demo test test-fast install bench bench-softroce format clean
+.PHONY: all deps build demo test test-fast install bench bench-kv bench-softroce format clean
 
 all: build
 
@@ -49,11 +49,17 @@ install: build
 bench: build
 	bench/compare-ofi.sh $(BUILD)
 
+# The kv slot pool against redis-server + redis-benchmark (Debian redis).
+bench-kv: build
+	$(BUILD)/tools/wimm kv bench -f ofi:tcp
+	$(BUILD)/tools/wimm kv bench -f ofi:shm --spin
+
 bench-softroce: build
 	tests/softroce/run bench/softroce.sh $(BUILD)
 
 format:
-	clang-format -i include/*.h src/*.h src/*/*.[ch] tools/*.[ch] tests/*/*.[ch]
+	clang-format -i include/*.h include/wimm/*.h src/*.h src/*/*.[ch] src/services/*/*.[ch] \
+		tools/*.[ch] tests/*/*.[ch] tests/services/*/*.[ch]
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

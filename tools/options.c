@@ -41,6 +41,7 @@ static const char usage_commands[] =
     "       wimm pingpong [flags] [HOST]   latency (a server without HOST)\n"
     "       wimm rate [flags] [HOST]       message rate (a server without HOST)\n"
     "       wimm doctor [flags] [HOST]     why a write-with-imm is not seen (wimm doctor --help)\n"
+    "       wimm kv serve|put|get|del|stat|bench   the key-value slot pool (wimm kv --help)\n"
     "       wimm --version | --help\n"
     "       wimm COMMAND --help            the flags of one command\n";
 

@@ -1,0 +1,99 @@
+/* wimm_kv server internals: shared by kv_server.c and kv_server_ops.c. */
+#ifndef WIMM_KV_SERVER_H
+#define WIMM_KV_SERVER_H
+
+#include "kv_internal.h"
+
+#define KV_REPLY_RING 4096u
+
+/* A published key: the index (hash chain), the LRU list, the slot. */
+struct kv_entry {
+	struct kv_entry *hnext, *lprev, *lnext;
+	uint32_t hash, klen;
+	uint32_t arena;
+	int32_t unit;
+	unsigned order;
+	uint32_t len;
+	uint64_t version;
+	uint64_t lease_until; /* ms: the end of the newest reader lease */
+	unsigned pinned;
+	unsigned char key[];
+};
+
+/* An old slot waiting for its leases to end. */
+struct kv_retired {
+	uint32_t arena;
+	int32_t unit;
+	unsigned order;
+	uint64_t free_at;
+};
+
+/* A slot granted to a client and not yet written. */
+struct kv_grant {
+	int used;
+	uint32_t hash, len, klen;
+	unsigned flags, order;
+	int32_t unit;
+	uint64_t version;
+	uint32_t seq; /* the request's imm seq, for the answer */
+	unsigned char key[WIMM_KV_MAX_KEY];
+};
+
+/* A connection: a client's control connection (with an arena and grants)
+ * or a read connection. */
+struct kv_client {
+	struct kv_client *next;
+	struct wimm_conn *conn;
+	uint32_t id, arena;
+	int is_read, dead;
+	struct kv_grant grant[KV_MAX_GRANTS];
+};
+
+struct kv_arena {
+	struct kv_buddy buddy;
+	struct kv_client *owner;
+	uint64_t retired; /* slots of this arena on the retired list */
+};
+
+struct wimm_kv_server {
+	struct wimm_ctx *ctx;
+	struct wimm_listener *ctl, *rd;
+	unsigned char *pool;
+	size_t pool_len, arena_len;
+	struct wimm_mr *mr_rw, *mr_ro, *reply_mr;
+	unsigned char *reply_buf;
+	unsigned char *scratch; /* a copy of the request being handled */
+	size_t scratch_len;
+	uint32_t reply_next;
+	struct kv_arena *arena;
+	enum wimm_wait_mode wait_mode;
+	uint32_t narenas, max_slot, lease_ms, send_put_max, next_id;
+	struct kv_entry **bucket;
+	size_t nbuckets;
+	struct kv_entry *lru_head, *lru_tail;
+	struct kv_retired *retired;
+	size_t nretired, retired_cap;
+	struct kv_client *clients;
+	uint64_t version;
+	struct wimm_kv_stats stats;
+	wimm_log_fn log;
+	void *log_arg;
+};
+
+void kv_log(struct wimm_kv_server *s, enum wimm_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+struct kv_entry *kv_find(struct wimm_kv_server *s, const void *key, size_t klen, uint32_t hash);
+void kv_lru_unlink(struct wimm_kv_server *s, struct kv_entry *e);
+void kv_lru_front(struct wimm_kv_server *s, struct kv_entry *e);
+void kv_reap(struct wimm_kv_server *s);
+void kv_unpublish(struct wimm_kv_server *s, struct kv_entry *e);
+int kv_publish(struct wimm_kv_server *s, const struct kv_grant *g, uint32_t arena);
+int kv_alloc(struct wimm_kv_server *s, uint32_t arena, unsigned order, int32_t *unit);
+/* Post an answer; a failure marks the client dead (dropped after the batch). */
+void kv_send(struct wimm_kv_server *s, struct kv_client *cl, uint32_t imm, const unsigned char *msg,
+	     size_t len);
+/* kv_server_ops.c: a request (send_imm) and a value write (write_imm). */
+void kv_request(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+
+#endif

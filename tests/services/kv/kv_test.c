@@ -1,0 +1,829 @@
+/* wimm_kv tests, multi-process on a real fabric:
+ *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile lease evict full input
+ * The parent only orchestrates: the server and every client are processes
+ * of their own (fork + exec of this binary with --child ROLE), since
+ * libfabric's shm provider state is not safe to share between threads. A
+ * child's exit status is its verdict; it says why on stderr.
+ *
+ * Values are self-verifying: [u32 key id, u32 writer, u32 seq, u32 len] and
+ * then bytes drawn from a generator seeded by those, so any get can tell a
+ * torn or foreign value from the right one. WIMM_KV_TEST_LONG=1 runs the
+ * issue's size (64 clients, 1M operations over 100k keys) for mixed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kv_test.h"
+
+#define MAX_KIDS 80
+#define VHDR 16u
+
+static const char *self_path;
+static volatile sig_atomic_t stop_flag;
+
+_Noreturn void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "kv_test[%d]: ", (int)getpid());
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+int scale(void)
+{
+	const char *s = getenv("WIMM_TEST_TIMEOUT_SCALE");
+	int v = s ? atoi(s) : 1;
+	return v > 0 ? v : 1;
+}
+
+double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 17;
+}
+
+static void le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t rd32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len)
+{
+	uint64_t s = ((uint64_t)key << 40) ^ ((uint64_t)writer << 24) ^ seq;
+	le32(v, key);
+	le32(v + 4, writer);
+	le32(v + 8, seq);
+	le32(v + 12, len);
+	for (uint32_t i = VHDR; i < len; i++)
+		v[i] = (unsigned char)rnd(&s);
+}
+
+/* 0 if v is a whole value of key; its writer and seq. */
+int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer, uint32_t *seq)
+{
+	if (len < VHDR || rd32(v) != key || rd32(v + 12) != len)
+		return -1;
+	*writer = rd32(v + 4);
+	*seq = rd32(v + 8);
+	uint64_t s = ((uint64_t)key << 40) ^ ((uint64_t)*writer << 24) ^ *seq;
+	for (size_t i = VHDR; i < len; i++)
+		if (v[i] != (unsigned char)rnd(&s))
+			return -1;
+	return 0;
+}
+
+static struct wimm_kv_client *kv_open(const char *fabric, const char *addr)
+{
+	struct wimm_kv_client_attr a = {.fabric = fabric, .timeout_ms = 10000 * scale()};
+	struct wimm_kv_client *c;
+	int rc = wimm_kv_connect(addr, &a, &c);
+	if (rc < 0)
+		die("connect %s on %s: %s", addr, fabric, wimm_kv_strerror(rc));
+	return c;
+}
+
+/* --------------------------------------------------------------- roles */
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+/* server FABRIC MEMORY MAX_CLIENTS LEASE_MS: prints its port, serves until
+ * SIGTERM, then prints "S" and its counters. */
+static int role_server(char **a)
+{
+	struct wimm_kv_server_attr attr = {.fabric = a[0],
+					   .addr = "127.0.0.1:0",
+					   .memory = strtoull(a[1], NULL, 0),
+					   .max_clients = (uint32_t)atoi(a[2]),
+					   .lease_ms = (uint32_t)atoi(a[3])};
+	struct wimm_kv_server *s;
+	struct wimm_kv_stats st;
+	if (getenv("WIMM_TEST_HOST")) {
+		static char addr[80];
+		snprintf(addr, sizeof(addr), "%s:0", getenv("WIMM_TEST_HOST"));
+		attr.addr = addr;
+	}
+	signal(SIGTERM, on_term);
+	int rc = wimm_kv_server_new(&attr, &s);
+	if (rc < 0)
+		die("server on %s: %s", a[0], wimm_kv_strerror(rc));
+	printf("%d\n", wimm_kv_server_port(s));
+	fflush(stdout);
+	while (!stop_flag) {
+		rc = wimm_kv_server_run(s, 20);
+		if (rc < 0)
+			die("server: %s", wimm_kv_strerror(rc));
+	}
+	wimm_kv_server_stats(s, &st);
+	printf("S %llu %llu %llu %llu %llu %llu %llu\n", (unsigned long long)st.keys,
+	       (unsigned long long)st.puts, (unsigned long long)st.evictions,
+	       (unsigned long long)st.grants_pending, (unsigned long long)st.grants_reclaimed,
+	       (unsigned long long)st.bad_puts, (unsigned long long)st.clients);
+	fflush(stdout);
+	wimm_kv_server_delete(&s);
+	return 0;
+}
+
+static void key_name(char *k, uint32_t id)
+{
+	snprintf(k, 16, "k%06u", id);
+}
+
+/* mixed FABRIC ADDR ID NCLIENTS NKEYS OPS: put/del its own keys (id mod
+ * NCLIENTS), get any; its own must be exactly the last put or a miss after
+ * a delete, others whole values of the right key or a miss. */
+static int role_mixed(char **a)
+{
+	uint32_t id = (uint32_t)atoi(a[2]), n = (uint32_t)atoi(a[3]);
+	uint32_t nkeys = (uint32_t)atoi(a[4]), ops = (uint32_t)atoi(a[5]);
+	uint32_t *last = calloc(nkeys, sizeof(*last)), *lastlen = calloc(nkeys, sizeof(*last));
+	unsigned char *v = malloc(65536), *g = malloc(65536);
+	uint64_t seed = 0x1234 + id * 7919, own_gets = 0, other_gets = 0, misses = 0;
+	char k[16];
+	if (!last || !lastlen || !v || !g)
+		die("out of memory");
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	/* First every own key once, so that others' gets find values. */
+	for (uint32_t key = id; key < nkeys; key += n) {
+		uint32_t len = VHDR + (uint32_t)(rnd(&seed) % 2000);
+		key_name(k, key);
+		make_value(v, key, id, ++last[key], len);
+		int rc = wimm_kv_put(c, k, strlen(k), v, len, 0);
+		if (rc < 0)
+			die("mixed %u: put %s: %s", id, k, wimm_kv_strerror(rc));
+		lastlen[key] = len;
+	}
+	for (uint32_t i = 0; i < ops; i++) {
+		uint32_t r = (uint32_t)(rnd(&seed) % 100);
+		uint32_t key = (uint32_t)(rnd(&seed) % nkeys);
+		if (r < 75) /* puts, deletes and half the gets: own keys */
+			key = key - key % n + id < nkeys ? key - key % n + id : id;
+		int own = key % n == id;
+		key_name(k, key);
+		if (r < 35) {
+			uint32_t len = VHDR + (uint32_t)(rnd(&seed) % 2000);
+			if (rnd(&seed) % 50 == 0)
+				len = 16000;
+			make_value(v, key, id, ++last[key], len);
+			int rc = wimm_kv_put(c, k, strlen(k), v, len, 0);
+			if (rc < 0)
+				die("mixed %u: put %s: %s", id, k, wimm_kv_strerror(rc));
+			lastlen[key] = len;
+		} else if (r < 45) {
+			int rc = wimm_kv_del(c, k, strlen(k));
+			int want = lastlen[key] ? 0 : WIMM_KV_E_NOTFOUND;
+			if (rc != want)
+				die("mixed %u: del %s: %s, expected %s", id, k,
+				    wimm_kv_strerror(rc), wimm_kv_strerror(want));
+			lastlen[key] = 0;
+		} else {
+			size_t len = 0;
+			uint32_t w, s;
+			int rc = wimm_kv_get(c, k, strlen(k), g, 65536, &len);
+			if (rc == WIMM_KV_E_NOTFOUND) {
+				misses++;
+				if (own && lastlen[key])
+					die("mixed %u: get %s: miss, last put seq %u", id, k,
+					    last[key]);
+				continue;
+			}
+			if (rc < 0)
+				die("mixed %u: get %s: %s", id, k, wimm_kv_strerror(rc));
+			if (check_value(g, len, key, &w, &s) < 0)
+				die("mixed %u: get %s: torn or foreign value (%zu bytes)", id, k,
+				    len);
+			if (own) {
+				own_gets++;
+				if (!lastlen[key] || w != id || s != last[key] ||
+				    len != lastlen[key])
+					die("mixed %u: get %s: writer %u seq %u (%zu B), expected "
+					    "seq %u (%u B)",
+					    id, k, w, s, len, last[key], lastlen[key]);
+			} else {
+				other_gets++;
+				if (w != key % n)
+					die("mixed %u: get %s: written by %u, not its owner", id, k,
+					    w);
+			}
+		}
+	}
+	fprintf(stderr,
+		"mixed %u: %u ops, own gets %llu, other gets %llu, misses %llu, retries "
+		"%llu\n",
+		id, ops, (unsigned long long)own_gets, (unsigned long long)other_gets,
+		(unsigned long long)misses, (unsigned long long)wimm_kv_client_retries(c));
+	wimm_kv_close(&c);
+	free(last);
+	free(lastlen);
+	free(v);
+	free(g);
+	return 0;
+}
+
+/* writer FABRIC ADDR COUNT: overwrite "hot" COUNT times, sizes across
+ * classes. reader FABRIC ADDR COUNT: get it until seq COUNT is seen. */
+static int role_hot(char **a, int writer)
+{
+	uint32_t count = (uint32_t)atoi(a[2]), prev = 0;
+	unsigned char *v = malloc(1 << 17);
+	uint64_t seed = 99, reads = 0;
+	if (!v)
+		die("out of memory");
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	double give_up = now_s() + 30.0 * scale();
+	for (uint32_t i = 1; i <= count || !writer;) {
+		size_t len = 0;
+		uint32_t w, s;
+		if (writer) {
+			uint32_t l = VHDR + (uint32_t)(rnd(&seed) % 70000);
+			make_value(v, 7, 0, i, l);
+			int rc = wimm_kv_put(c, "hot", 3, v, l, 0);
+			if (rc < 0)
+				die("writer: put %u: %s", i, wimm_kv_strerror(rc));
+			i++;
+			continue;
+		}
+		if (now_s() > give_up)
+			die("reader: gave up at seq %u after %llu reads", prev,
+			    (unsigned long long)reads);
+		int rc = wimm_kv_get(c, "hot", 3, v, 1 << 17, &len);
+		if (rc == WIMM_KV_E_NOTFOUND)
+			continue;
+		if (rc < 0)
+			die("reader: get: %s", wimm_kv_strerror(rc));
+		reads++;
+		if (check_value(v, len, 7, &w, &s) < 0)
+			die("reader: torn value after seq %u (%zu bytes)", prev, len);
+		if (s < prev)
+			die("reader: seq %u after %u", s, prev);
+		prev = s;
+		if (s == count)
+			break;
+	}
+	fprintf(stderr, "%s: done, %llu reads, %llu torn or stale reads caught and retried\n",
+		writer ? "writer" : "reader", (unsigned long long)reads,
+		(unsigned long long)wimm_kv_client_retries(c));
+	wimm_kv_close(&c);
+	free(v);
+	return 0;
+}
+
+/* crasher FABRIC ADDR: publish "victim" seq 1, begin a put of seq 2, half
+ * write its bytes into the staging buffer, say "G" and wait to be killed. */
+static int role_crasher(char **a)
+{
+	unsigned char v[5000];
+	void *dst;
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	make_value(v, 3, 9, 1, sizeof(v));
+	int rc = wimm_kv_put(c, "victim", 6, v, sizeof(v), 0);
+	if (rc == 0)
+		rc = wimm_kv_put_begin(c, "victim", 6, sizeof(v), 0, &dst);
+	if (rc < 0)
+		die("crasher: %s", wimm_kv_strerror(rc));
+	make_value(v, 3, 9, 2, sizeof(v));
+	memcpy(dst, v, sizeof(v) / 2);
+	printf("G\n");
+	fflush(stdout);
+	/* Killed outside any wimm call: a shm peer killed inside one can leave
+	 * the provider's lock held (README, Fabrics). Idle meanwhile, without
+	 * heartbeats: the checks take well under the server's 5 s liveness. */
+	for (;;)
+		pause();
+}
+
+static struct wimm_kv_stats stat_of(struct wimm_kv_client *c)
+{
+	struct wimm_kv_stats st;
+	int rc = wimm_kv_stat(c, &st);
+	if (rc < 0)
+		die("stat: %s", wimm_kv_strerror(rc));
+	return st;
+}
+
+static void expect_value(struct wimm_kv_client *c, const char *k, uint32_t key, uint32_t seq)
+{
+	unsigned char g[8192];
+	size_t len;
+	uint32_t w, s;
+	int rc = wimm_kv_get(c, k, strlen(k), g, sizeof(g), &len);
+	if (rc < 0)
+		die("get %s: %s", k, wimm_kv_strerror(rc));
+	if (check_value(g, len, key, &w, &s) < 0 || s != seq)
+		die("get %s: not the value of seq %u", k, seq);
+}
+
+/* checker FABRIC ADDR WHAT: the checks after the crasher (WHAT crash0:
+ * its grant is pending; crash1: reclaimed, the key unchanged). */
+static int role_checker(char **a)
+{
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	struct wimm_kv_stats st = stat_of(c);
+	if (strcmp(a[2], "safe0") == 0) {
+		unsigned char v[3000];
+		make_value(v, 11, 1, 1, sizeof(v));
+		int rc = wimm_kv_put(c, "safe", 4, v, sizeof(v), 0);
+		if (rc < 0)
+			die("safe0: %s", wimm_kv_strerror(rc));
+	} else if (strcmp(a[2], "safe1") == 0) {
+		unsigned char v[256];
+		size_t len;
+		expect_value(c, "safe", 11, 1);
+		int rc = wimm_kv_get(c, "h", 1, v, sizeof(v), &len);
+		if (rc != WIMM_KV_E_NOTFOUND)
+			die("safe1: a refused put is visible: %s", wimm_kv_strerror(rc));
+		rc = wimm_kv_get(c, "mine", 4, v, sizeof(v), &len);
+		if (rc != WIMM_KV_E_CORRUPT)
+			die("safe1: a rewritten slot: %s, expected CORRUPT", wimm_kv_strerror(rc));
+		if (st.bad_puts != 3 || st.keys != 2 || wimm_kv_client_retries(c) == 0)
+			die("safe1: %llu bad puts, %llu keys", (unsigned long long)st.bad_puts,
+			    (unsigned long long)st.keys);
+	} else if (strcmp(a[2], "lease0") == 0 || strcmp(a[2], "lease1") == 0) {
+		/* lease0: "L" v1; lease1: "L" v2, then 20 other keys. */
+		unsigned char v[990];
+		char k[16];
+		uint32_t seq = a[2][5] == '0' ? 1 : 2;
+		make_value(v, 21, 1, seq, sizeof(v));
+		int rc = wimm_kv_put(c, "L", 1, v, sizeof(v), 0);
+		for (uint32_t i = 0; rc == 0 && seq == 2 && i < 20; i++) {
+			snprintf(k, sizeof(k), "churn%u", i);
+			rc = wimm_kv_put(c, k, strlen(k), v, sizeof(v), 0);
+		}
+		if (rc < 0)
+			die("%s: put: %s", a[2], wimm_kv_strerror(rc));
+		if (seq == 2 && (st = stat_of(c)).retired != 1)
+			die("lease1: %llu slots retired, expected v1's, held by the lease",
+			    (unsigned long long)st.retired);
+	} else if (strcmp(a[2], "lease2") == 0) {
+		double give_up = now_s() + 10.0 * scale();
+		while ((st = stat_of(c)).retired != 0) {
+			if (now_s() > give_up)
+				die("lease2: v1's slot still retired after its lease");
+			usleep(20000);
+		}
+		expect_value(c, "L", 21, 2);
+	} else if (strcmp(a[2], "crash0") == 0) {
+		if (st.grants_pending != 1)
+			die("crash0: %llu grants pending, expected 1",
+			    (unsigned long long)st.grants_pending);
+	} else {
+		double give_up = now_s() + 10.0 * scale();
+		while ((st = stat_of(c)).grants_reclaimed < 1 || st.grants_pending != 0 ||
+		       st.clients != 1) {
+			if (now_s() > give_up)
+				die("crash1: grant of the killed client not reclaimed (pending "
+				    "%llu, reclaimed %llu, clients %llu)",
+				    (unsigned long long)st.grants_pending,
+				    (unsigned long long)st.grants_reclaimed,
+				    (unsigned long long)st.clients);
+			usleep(20000);
+		}
+		expect_value(c, "victim", 3, 1);
+	}
+	wimm_kv_close(&c);
+	return 0;
+}
+
+/* evict FABRIC ADDR: 16 pinned keys, then 400 unpinned in a 128 KiB arena. */
+static int role_evict(char **a)
+{
+	unsigned char v[990]; /* + the 32-byte header: one 1 KiB slot */
+	char k[16];
+	size_t len;
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	for (uint32_t i = 0; i < 416; i++) {
+		snprintf(k, sizeof(k), i < 16 ? "pin%u" : "u%u", i);
+		make_value(v, i, 1, 1, sizeof(v));
+		int rc = wimm_kv_put(c, k, strlen(k), v, sizeof(v), i < 16 ? WIMM_KV_PIN : 0);
+		if (rc < 0)
+			die("evict: put %s: %s", k, wimm_kv_strerror(rc));
+	}
+	for (uint32_t i = 0; i < 16; i++) {
+		snprintf(k, sizeof(k), "pin%u", i);
+		expect_value(c, k, i, 1);
+	}
+	for (uint32_t i = 416 - 50; i < 416; i++) {
+		snprintf(k, sizeof(k), "u%u", i);
+		expect_value(c, k, i, 1);
+	}
+	int rc = wimm_kv_get(c, "u16", 3, v, sizeof(v), &len);
+	if (rc != WIMM_KV_E_NOTFOUND)
+		die("evict: the oldest unpinned key: %s, expected a miss", wimm_kv_strerror(rc));
+	struct wimm_kv_stats st = stat_of(c);
+	if (st.evictions < 280 || st.pinned != 16)
+		die("evict: %llu evictions, %llu pinned", (unsigned long long)st.evictions,
+		    (unsigned long long)st.pinned);
+	wimm_kv_close(&c);
+	return 0;
+}
+
+/* full FABRIC ADDR: pinned 990-byte values fill the 128 KiB arena (128
+ * slots of 1 KiB); the next is FULL; a delete makes room again. */
+static int role_full(char **a)
+{
+	unsigned char v[990]; /* + the 32-byte header: one 1 KiB slot */
+	char k[16];
+	uint32_t i;
+	int rc = 0;
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	for (i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "p%u", i);
+		make_value(v, i, 1, 1, sizeof(v));
+		rc = wimm_kv_put(c, k, strlen(k), v, sizeof(v), WIMM_KV_PIN);
+		if (rc < 0)
+			break;
+	}
+	if (rc != WIMM_KV_E_FULL || i != 128)
+		die("full: put %u: %s, expected FULL at 128", i, wimm_kv_strerror(rc));
+	for (uint32_t j = 0; j < 128; j++) {
+		snprintf(k, sizeof(k), "p%u", j);
+		expect_value(c, k, j, 1);
+	}
+	rc = wimm_kv_del(c, "p5", 2);
+	if (rc == 0)
+		rc = wimm_kv_put(c, "again", 5, v, sizeof(v), WIMM_KV_PIN);
+	if (rc < 0)
+		die("full: delete then put: %s", wimm_kv_strerror(rc));
+	static unsigned char big[200000];
+	rc = wimm_kv_put(c, "big", 3, big, sizeof(big), 0);
+	if (rc != WIMM_E_TOOBIG)
+		die("full: a value above the arena: %s, expected TOOBIG", wimm_kv_strerror(rc));
+	wimm_kv_close(&c);
+	return 0;
+}
+
+/* input FABRIC ADDR: bad input gives clear errors; the third client of a
+ * two-arena server is refused with AGAIN. */
+static int role_input(char **a)
+{
+	char longkey[WIMM_KV_MAX_KEY + 2];
+	unsigned char b[16];
+	size_t len;
+	memset(longkey, 'x', sizeof(longkey) - 1);
+	longkey[sizeof(longkey) - 1] = '\0';
+	struct wimm_kv_client *c = kv_open(a[0], a[1]), *c2 = kv_open(a[0], a[1]), *c3;
+	struct wimm_kv_client_attr ca = {.fabric = a[0], .timeout_ms = 5000 * scale()};
+	int rc;
+	if ((rc = wimm_kv_connect(a[1], &ca, &c3)) != WIMM_E_AGAIN)
+		die("input: third client: %s, expected AGAIN", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put(c, longkey, strlen(longkey), b, 4, 0)) != WIMM_E_INVAL)
+		die("input: long key: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put(c, "", 0, b, 4, 0)) != WIMM_E_INVAL)
+		die("input: empty key: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_get(c, "nothing", 7, b, sizeof(b), &len)) != WIMM_KV_E_NOTFOUND)
+		die("input: get of a missing key: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_del(c, "nothing", 7)) != WIMM_KV_E_NOTFOUND)
+		die("input: delete of a missing key: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put(c, "k", 1, "0123456789abcdefXYZ", 19, 0)) < 0 ||
+	    (rc = wimm_kv_get(c2, "k", 1, b, sizeof(b), &len)) != WIMM_E_TRUNC || len != 19)
+		die("input: get into a short buffer: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put_send(c2, "s", 1, "by send", 7, 0)) < 0 ||
+	    (rc = wimm_kv_get(c, "s", 1, b, sizeof(b), &len)) < 0 || len != 7 ||
+	    memcmp(b, "by send", 7) != 0)
+		die("input: put by send: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put_commit(c)) != WIMM_E_INVAL)
+		die("input: commit without begin: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_client_poll(c)) != 0)
+		die("input: poll of an idle client: %s", wimm_kv_strerror(rc));
+	wimm_kv_close(&c2);
+	wimm_kv_close(&c);
+	/* Nothing listens on port 1. */
+	char addr[64];
+	snprintf(addr, sizeof(addr), "%.*s:1", (int)(strrchr(a[1], ':') - a[1]), a[1]);
+	if ((rc = wimm_kv_connect(addr, &ca, &c3)) != WIMM_E_UNREACHABLE)
+		die("input: connect to nothing: %s, expected UNREACHABLE", wimm_kv_strerror(rc));
+	struct wimm_kv_server_attr sa = {.fabric = a[0], .memory = 1000, .max_clients = 1};
+	struct wimm_kv_server *s;
+	if ((rc = wimm_kv_server_new(&sa, &s)) != WIMM_E_INVAL)
+		die("input: server with 1000 bytes: %s", wimm_kv_strerror(rc));
+	return 0;
+}
+
+static int child_main(int argc, char **argv)
+{
+	const char *role = argv[0];
+	char **a = argv + 1;
+	if (strcmp(role, "server") == 0 && argc == 5)
+		return role_server(a);
+	if (strcmp(role, "mixed") == 0 && argc == 7)
+		return role_mixed(a);
+	if ((strcmp(role, "writer") == 0 || strcmp(role, "reader") == 0) && argc == 4)
+		return role_hot(a, role[0] == 'w');
+	if (strcmp(role, "crasher") == 0 && argc == 3)
+		return role_crasher(a);
+	if (strcmp(role, "hostile") == 0 && argc == 3)
+		return role_hostile(a);
+	if (strcmp(role, "leaser") == 0 && argc == 3)
+		return role_leaser(a);
+	if (strcmp(role, "checker") == 0 && argc == 4)
+		return role_checker(a);
+	if (strcmp(role, "evict") == 0 && argc == 3)
+		return role_evict(a);
+	if (strcmp(role, "full") == 0 && argc == 3)
+		return role_full(a);
+	if (strcmp(role, "input") == 0 && argc == 3)
+		return role_input(a);
+	die("bad child arguments for %s", role);
+}
+
+/* ---------------------------------------------------------- orchestrator */
+
+struct kid {
+	pid_t pid;
+	int out, in; /* its stdout, its stdin */
+	char name[32];
+};
+
+static struct kid kids[MAX_KIDS];
+static int nkids;
+
+static struct kid *spawn(const char *name, char *const *args)
+{
+	int p[2], q[2];
+	char *argv[16] = {(char *)self_path, "--child"};
+	int n = 2;
+	for (int i = 0; args[i] && n < 15; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (nkids == MAX_KIDS || pipe2(p, O_CLOEXEC) < 0 || pipe2(q, O_CLOEXEC) < 0)
+		die("cannot start %s", name);
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		dup2(q[0], 0);
+		execv(self_path, argv);
+		_exit(127);
+	}
+	close(p[1]);
+	close(q[0]);
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	struct kid *k = &kids[nkids++];
+	k->pid = pid;
+	k->out = p[0];
+	k->in = q[1];
+	snprintf(k->name, sizeof(k->name), "%s", name);
+	return k;
+}
+
+/* A line of the kid's stdout, waiting up to secs. */
+static int read_line(struct kid *k, char *buf, size_t len, double secs)
+{
+	size_t got = 0;
+	double end = now_s() + secs;
+	while (got + 1 < len) {
+		struct pollfd pf = {.fd = k->out, .events = POLLIN};
+		int ms = (int)((end - now_s()) * 1000);
+		if (ms <= 0 || poll(&pf, 1, ms) <= 0)
+			return -1;
+		if (read(k->out, buf + got, 1) != 1)
+			return -1;
+		if (buf[got] == '\n')
+			break;
+		got++;
+	}
+	buf[got] = '\0';
+	return 0;
+}
+
+/* Wait for a kid to exit, killing it past secs; its exit status. */
+static int reap(struct kid *k, double secs)
+{
+	double end = now_s() + secs;
+	int st;
+	for (;;) {
+		pid_t r = waitpid(k->pid, &st, WNOHANG);
+		if (r == k->pid)
+			break;
+		if (now_s() > end) {
+			fprintf(stderr, "kv_test: %s did not finish in %.0f s: killed\n", k->name,
+				secs);
+			kill(k->pid, SIGKILL);
+			waitpid(k->pid, &st, 0);
+			return -1;
+		}
+		usleep(10000);
+	}
+	k->pid = 0;
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	fprintf(stderr, "kv_test: %s died of signal %d\n", k->name, WTERMSIG(st));
+	return -1;
+}
+
+static void kill_all(void)
+{
+	for (int i = 0; i < nkids; i++)
+		if (kids[i].pid > 0) {
+			kill(kids[i].pid, SIGKILL);
+			waitpid(kids[i].pid, NULL, 0);
+			kids[i].pid = 0;
+		}
+}
+
+static struct kid *server;
+static char addr[96];
+static unsigned long long srv_stats[7];
+
+static void start_server(const char *fabric, const char *memory, const char *clients,
+			 const char *lease)
+{
+	char line[64];
+	const char *host = getenv("WIMM_TEST_HOST") ? getenv("WIMM_TEST_HOST") : "127.0.0.1";
+	server = spawn("server", (char *const[]){"server", (char *)fabric, (char *)memory,
+						 (char *)clients, (char *)lease, NULL});
+	if (read_line(server, line, sizeof(line), 20.0 * scale()) < 0 || atoi(line) <= 0) {
+		kill_all();
+		die("the server did not start");
+	}
+	snprintf(addr, sizeof(addr), "%s:%s", host, line);
+}
+
+static int stop_server(void)
+{
+	char line[256];
+	kill(server->pid, SIGTERM);
+	int rc = read_line(server, line, sizeof(line), 10.0 * scale());
+	if (rc == 0)
+		rc = sscanf(line, "S %llu %llu %llu %llu %llu %llu %llu", &srv_stats[0],
+			    &srv_stats[1], &srv_stats[2], &srv_stats[3], &srv_stats[4],
+			    &srv_stats[5], &srv_stats[6]) == 7
+			 ? 0
+			 : -1;
+	int st = reap(server, 10.0 * scale());
+	return rc == 0 && st == 0 ? 0 : -1;
+}
+
+/* Start the kids given, wait for all; 0 if every one passed. */
+static int run_kids(int first, double secs)
+{
+	int fails = 0;
+	for (int i = first; i < nkids; i++)
+		if (reap(&kids[i], secs) != 0) {
+			fprintf(stderr, "kv_test: %s failed\n", kids[i].name);
+			fails++;
+		}
+	return fails;
+}
+
+static int scenario(const char *fabric, const char *name)
+{
+	int fails = 0, first;
+	char b[8][24];
+	if (strcmp(name, "mixed") == 0) {
+		int longrun = getenv("WIMM_KV_TEST_LONG") && atoi(getenv("WIMM_KV_TEST_LONG"));
+		int n = longrun ? 64 : 8;
+		unsigned keys = longrun ? 100000 : 2000, ops = longrun ? 1000000 / 64 : 2000;
+		start_server(fabric, longrun ? "603979776" : "100663296", longrun ? "72" : "12",
+			     "200");
+		first = nkids;
+		for (int i = 0; i < n; i++) {
+			snprintf(b[0], sizeof(b[0]), "%d", i);
+			snprintf(b[1], sizeof(b[1]), "%d", n);
+			snprintf(b[2], sizeof(b[2]), "%u", keys);
+			snprintf(b[3], sizeof(b[3]), "%u", ops);
+			spawn("mixed", (char *const[]){"mixed", (char *)fabric, addr, b[0], b[1],
+						       b[2], b[3], NULL});
+		}
+		fails += run_kids(first, (longrun ? 3000.0 : 120.0) * scale());
+		fails += stop_server() != 0;
+		if (!fails && (srv_stats[2] != 0 || srv_stats[3] != 0 || srv_stats[5] != 0)) {
+			fprintf(stderr,
+				"kv_test: server: %llu evictions, %llu grants pending, %llu "
+				"bad puts\n",
+				srv_stats[2], srv_stats[3], srv_stats[5]);
+			fails++;
+		}
+	} else if (strcmp(name, "overwrite") == 0) {
+		start_server(fabric, "67108864", "8", "100");
+		first = nkids;
+		spawn("writer", (char *const[]){"writer", (char *)fabric, addr, "600", NULL});
+		for (int i = 0; i < 3; i++)
+			spawn("reader",
+			      (char *const[]){"reader", (char *)fabric, addr, "600", NULL});
+		fails += run_kids(first, 90.0 * scale());
+		fails += stop_server() != 0;
+	} else if (strcmp(name, "crash") == 0) {
+		char line[16];
+		start_server(fabric, "8388608", "4", "200");
+		struct kid *k =
+		    spawn("crasher", (char *const[]){"crasher", (char *)fabric, addr, NULL});
+		if (read_line(k, line, sizeof(line), 20.0 * scale()) < 0 || line[0] != 'G') {
+			kill_all();
+			die("the crasher did not get its grant");
+		}
+		first = nkids;
+		spawn("checker0", (char *const[]){"checker", (char *)fabric, addr, "crash0", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		kill(k->pid, SIGKILL);
+		waitpid(k->pid, NULL, 0);
+		k->pid = 0;
+		first = nkids;
+		spawn("checker1", (char *const[]){"checker", (char *)fabric, addr, "crash1", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		fails += stop_server() != 0;
+	} else if (strcmp(name, "hostile") == 0) {
+		start_server(fabric, "8388608", "4", "200");
+		const char *steps[3][2] = {
+		    {"checker", "safe0"}, {"hostile", NULL}, {"checker", "safe1"}};
+		for (int i = 0; i < 3; i++) {
+			first = nkids;
+			spawn(steps[i][0], (char *const[]){(char *)steps[i][0], (char *)fabric,
+							   addr, (char *)steps[i][1], NULL});
+			fails += run_kids(first, 60.0 * scale());
+		}
+		fails += stop_server() != 0;
+	} else if (strcmp(name, "lease") == 0) {
+		/* A reader holds a lease on "L" v1 while v1 is overwritten and
+		 * more is put: the old slot waits, the reader still reads v1
+		 * whole after the overwrite; after the lease the slot is freed. */
+		char line[16], lease[16];
+		snprintf(lease, sizeof(lease), "%d", 2000 * scale());
+		start_server(fabric, "8388608", "4", lease);
+		first = nkids;
+		spawn("lease0", (char *const[]){"checker", (char *)fabric, addr, "lease0", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		struct kid *k =
+		    spawn("leaser", (char *const[]){"leaser", (char *)fabric, addr, NULL});
+		if (read_line(k, line, sizeof(line), 20.0 * scale()) < 0 || line[0] != 'G') {
+			kill_all();
+			die("the leaser did not get its lease");
+		}
+		first = nkids;
+		spawn("lease1", (char *const[]){"checker", (char *)fabric, addr, "lease1", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		if (write(k->in, "go\n", 3) != 3 || reap(k, 30.0 * scale()) != 0) {
+			fprintf(stderr, "kv_test: the leaser failed\n");
+			fails++;
+		}
+		first = nkids;
+		spawn("lease2", (char *const[]){"checker", (char *)fabric, addr, "lease2", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		fails += stop_server() != 0;
+	} else if (strcmp(name, "evict") == 0 || strcmp(name, "full") == 0 ||
+		   strcmp(name, "input") == 0) {
+		start_server(fabric, "262144", "2", "200");
+		first = nkids;
+		spawn(name, (char *const[]){(char *)name, (char *)fabric, addr, NULL});
+		fails += run_kids(first, 60.0 * scale());
+		fails += stop_server() != 0;
+	} else {
+		die("unknown scenario %s (mixed overwrite crash hostile lease evict full input)",
+		    name);
+	}
+	kill_all();
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	static char path[4096];
+	self_path = realpath(argv[0], path) ? path : argv[0];
+	if (argc >= 3 && strcmp(argv[1], "--child") == 0)
+		return child_main(argc - 2, argv + 2);
+	if (argc != 3) {
+		fprintf(stderr,
+			"usage: %s FABRIC SCENARIO (mixed overwrite crash hostile lease evict full "
+			"input)\n",
+			argv[0]);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	double t0 = now_s();
+	int fails = scenario(argv[1], argv[2]);
+	printf("kv_test %s %s: %s in %.1f s\n", argv[1], argv[2], fails ? "FAIL" : "pass",
+	       now_s() - t0);
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,20 @@
+/* Shared by the kv_test sources. */
+#ifndef KV_TEST_H
+#define KV_TEST_H
+
+#include <wimm/kv.h>
+
+/* Print why (with the pid) and exit with status 1. */
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* WIMM_TEST_TIMEOUT_SCALE, at least 1. */
+int scale(void);
+double now_s(void);
+/* hostile FABRIC ADDR (kv_test_hostile.c). */
+int role_hostile(char **a);
+/* leaser FABRIC ADDR (kv_test_hostile.c). */
+int role_leaser(char **a);
+/* A value of key by writer, seq (kv_test.c); 0 if v is whole and of key. */
+void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len);
+int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer, uint32_t *seq);
+
+#endif
