@@ -3,12 +3,14 @@
  *   wimm info [--json]          fabrics usable here and their limits
  *   wimm pingpong [flags] [HOST] latency of the four notification strategies
  *   wimm rate [flags] [HOST]     message rate of the same
+ *   wimm log SUBCOMMAND ...       the remote log service (log_cmd.c)
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "doctor.h"
+#include "log_cmd.h"
 
 static int run_info(int argc, char **argv)
 {
@@ -52,6 +54,8 @@ int main(int argc, char **argv)
 		return run_info(argc - 1, argv + 1);
 	if (strcmp(command, "doctor") == 0)
 		return doctor_main(argc - 1, argv + 1);
+	if (strcmp(command, "log") == 0)
+		return log_main(argc - 1, argv + 1);
 
 	enum bench_mode mode;
 	if (strcmp(command, "pingpong") == 0) {
