@@ -283,7 +283,8 @@ int log_connect_retry(struct wimm_ctx *ctx, const char *addr, const struct wimm_
 		if (left <= 0)
 			return WIMM_E_TIMEDOUT;
 		int rc = wimm_connect(ctx, addr, attr, (int)(left < 2000 ? left : 2000), out);
-		if (rc != WIMM_E_UNREACHABLE && rc != WIMM_E_TIMEDOUT && rc != WIMM_E_DISCONNECTED)
+		if (rc != WIMM_E_UNREACHABLE && rc != WIMM_E_TIMEDOUT && rc != WIMM_E_DISCONNECTED &&
+		    rc != WIMM_E_AGAIN)
 			return rc;
 		if (deadline_ms - log_now_ms() <= 0)
 			return rc;

@@ -174,6 +174,8 @@ static int list_segments(struct log_store *st)
 		say(st, WIMM_LOG_ERROR, "cannot read directory %s: %s", st->dir, strerror(errno));
 		return WIMM_E_PERM;
 	}
+	/* The duplicate shares the offset of an earlier listing. */
+	rewinddir(d);
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
