@@ -58,6 +58,8 @@ struct proc {
 	char line[256];
 	size_t got;
 	uint64_t durable; /* the last "durable N" it printed */
+	uint64_t resent;  /* from a writer's summary line */
+	uint64_t entries; /* from a server's "listening" line: recovered */
 	int status;
 	char errtext[4096];
 	size_t errlen;
@@ -101,8 +103,11 @@ static const char *proc_line(struct proc *p, int timeout_ms)
 			memmove(p->line, nl + 1, p->got - n - 1);
 			p->got -= n + 1;
 			unsigned long long d;
+			const char *rs = strstr(out, "(resent ");
 			if (sscanf(out, "durable %llu", &d) == 1 && d > p->durable)
 				p->durable = d;
+			if (rs && sscanf(rs, "(resent %llu", &d) == 1)
+				p->resent = d;
 			return out;
 		}
 		struct pollfd pf = {.fd = p->out, .events = POLLIN};
@@ -166,6 +171,9 @@ static int server_start(struct proc *p, int port, const char *extra1, const char
 		return -1;
 	const char *l = proc_line(p, 15000);
 	int got = 0;
+	const char *ent = l ? strstr(l, "entries=") : NULL;
+	if (ent)
+		p->entries = strtoull(ent + 8, NULL, 10);
 	if (!l || sscanf(l, "listening port=%d", &got) != 1) {
 		proc_wait(p, 2000);
 		fprintf(stderr, "the server did not start: %s\n", p->errtext);
@@ -339,11 +347,17 @@ static int test_crash(void)
 	nanosleep(&ts, NULL);
 	int port2 = server_start(&srv, port, NULL, NULL);
 	CHECK(port2 == port, "restart on port %d", port);
+	/* Every entry acknowledged durable was found by the recovery. */
+	CHECK(srv.entries >= acked, "recovered %llu entries, %llu were acknowledged durable",
+	      (unsigned long long)srv.entries, (unsigned long long)acked);
+	uint64_t resent = 0;
 	for (int i = 0; i < NW; i++) {
 		int st = proc_wait(&w[i], 120000);
 		CHECK(st == 0, "writer %d after the restart: status %d: %s", i + 1, st,
 		      w[i].errtext);
+		resent += w[i].resent;
 	}
+	CHECK(resent > 0, "no writer resent anything: did they reconnect?");
 	struct verify *v = calloc(1, sizeof(*v));
 	v->min = 1;
 	v->max = 16384;
@@ -355,9 +369,11 @@ static int test_crash(void)
 			failures++;
 			rc = -1;
 		}
-	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted; "
-	       "%llu entries, every writer complete, none lost or duplicated\n",
-	       (unsigned long long)acked, (unsigned long long)v->total);
+	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted: "
+	       "%llu recovered, writers resumed resending %llu; %llu entries, every writer "
+	       "complete, none lost or duplicated\n",
+	       (unsigned long long)acked, (unsigned long long)srv.entries,
+	       (unsigned long long)resent, (unsigned long long)v->total);
 	free(v);
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
