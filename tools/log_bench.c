@@ -65,11 +65,21 @@ static void rm_dir(const char *dir)
 	rmdir(dir);
 }
 
-static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd)
+static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
 {
-	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
+	struct wimm_ctx *ctx;
+	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0, .flags = spin ? WIMM_CTX_POLLING : 0};
+	int rc = wimm_ctx_open(fabric, &a, &ctx);
+	if (rc)
+		cli_fail(NULL, rc, "log bench: open fabric %s", fabric);
+	return ctx;
+}
+
+static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin)
+{
+	struct wimm_ctx *ctx = bench_ctx(fabric, spin);
 	struct wimm_log_server *s;
-	struct wimm_log_server_attr a = {.dir = dir};
+	struct wimm_log_server_attr a = {.dir = dir, .spin_us = spin ? 1000000 : 0};
 	int rc = wimm_log_server_open(ctx, "127.0.0.1:0", &a, &s);
 	if (rc)
 		cli_fail(ctx, rc, "log bench: server");
@@ -104,7 +114,9 @@ int log_bench_main(int argc, char **argv)
 {
 	const char *fabric = "auto";
 	unsigned iters = 2000, rounds = 5, dur_iters = 40;
+	int spin = 0;
 	static const struct option opts[] = {{"rounds", 1, NULL, 'r'},
+					     {"spin", 0, NULL, 's'},
 					     {"durable-iters", 1, NULL, 'd'},
 					     {"help", 0, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
@@ -119,9 +131,12 @@ int log_bench_main(int argc, char **argv)
 			rounds = (unsigned)strtoul(optarg, NULL, 0);
 		else if (c == 'd')
 			dur_iters = (unsigned)strtoul(optarg, NULL, 0);
+		else if (c == 's')
+			spin = 1;
 		else {
 			fputs("usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
-			      " [--durable-iters N]\n",
+			      " [--durable-iters N] [--spin]\n"
+			      "  --spin  server and writers poll instead of sleeping (a core each)\n",
 			      c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
 		}
@@ -139,7 +154,7 @@ int log_bench_main(int argc, char **argv)
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(pfd[0]);
-		serve_child(fabric, dir, pfd[1]);
+		serve_child(fabric, dir, pfd[1], spin);
 	}
 	close(pfd[1]);
 	char line[32] = "";
@@ -157,7 +172,7 @@ int log_bench_main(int argc, char **argv)
 	struct wimm_ctx *ctx[2];
 	struct wimm_log_writer *w[2];
 	for (int m = 0; m < 2; m++) {
-		ctx[m] = log_cmd_ctx(fabric);
+		ctx[m] = bench_ctx(fabric, spin);
 		struct wimm_log_writer_attr a = {
 		    .id = 0xbe0c0 + (uint64_t)m, .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
 		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);
@@ -179,9 +194,10 @@ int log_bench_main(int argc, char **argv)
 				for (unsigned i = 0; i < dur_iters; i++)
 					one(w[m], buf, sizes[z], WIMM_LOG_DURABLE, &s[z][1][m]);
 			}
-	printf("wimm log bench: %s, %u rounds interleaved, %u visible + %u durable appends "
+	printf("wimm log bench: %s, %s, %u rounds interleaved, %u visible + %u durable appends "
 	       "per round, size and method; latency of append + wait, us\n",
-	       wimm_ctx_fabric(ctx[0]), rounds, iters, dur_iters);
+	       wimm_ctx_fabric(ctx[0]), spin ? "spinning" : "adaptive waits", rounds, iters,
+	       dur_iters);
 	printf("| size | ack | write_imm p50 | p99 | p99.9 | write+send p50 | p99 | p99.9 |"
 	       " ratio p50 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (int z = 0; z < NSIZES; z++)

@@ -22,7 +22,7 @@ static void log_usage(FILE *f)
 	      "                      [--reconnect] [--progress K]   (stdin lines without --gen)\n"
 	      "       wimm log tail HOST[:PORT] --from POS [--count N] [-f FABRIC] [--port P]\n"
 	      "       wimm log stat HOST[:PORT] [-f FABRIC] [--port P]\n"
-	      "       wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]\n"
+	      "       wimm log bench [-f FABRIC] [-n ITERS] [--rounds R] [--spin]\n"
 	      "\n"
 	      "serve   the log server: segment files in DIR, a ring per writer; SIGTERM stops it\n"
 	      "        (prints 'listening port=P' when ready); default port 7480\n"

@@ -86,6 +86,9 @@ struct wimm_log_server_attr {
 	/* A segment file is closed and the next one begun past this many
 	 * bytes; 0 = 256 MiB. */
 	uint64_t segment_bytes;
+	/* Microseconds the loop polls for events before it sleeps; 0 = 50.
+	 * Larger values trade a core for latency. */
+	uint32_t spin_us;
 	/* Where the server says what it refused, dropped or recovered (one
 	 * line, no newline); NULL: silent. */
 	wimm_log_fn log;

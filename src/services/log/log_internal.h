@@ -148,6 +148,12 @@ int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const 
 int log_store_flush(struct log_store *st);
 /* Flush and fsync: everything appended so far becomes durable. */
 int log_store_sync(struct log_store *st);
+/* The group commit off the loop's thread: begin flushes and returns the
+ * file descriptor to fdatasync (-1: nothing to do), remembering how far
+ * the log and each writer stand; end (with ok after a successful
+ * fdatasync) makes that much durable. Appends may go on in between. */
+int log_store_sync_begin(struct log_store *st, int *fd);
+void log_store_sync_end(struct log_store *st, int ok);
 /* 1 when something appended is not yet durable. */
 int log_store_dirty(const struct log_store *st);
 /* Copy whole records from position from on into buf (at most max records,

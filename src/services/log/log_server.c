@@ -1,10 +1,17 @@
 /* The log server: one registered arena cut into per-connection windows,
  * entries taken in completion order, group commit, acknowledgements back,
  * readers answered. On the public wimm API only. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log_internal.h"
 
@@ -17,6 +24,8 @@
 /* Polls of one turn before the group commit: a bound on the latency of
  * durable under a flood. */
 #define TURN_POLLS 32
+/* Microseconds the loop polls before it sleeps. */
+#define SPIN_US 50
 
 struct sconn {
 	struct wimm_log_server *s;
@@ -52,6 +61,18 @@ struct wimm_log_server {
 	void *log_arg;
 	uint64_t duplicates, refused, writers, readers;
 	int failed; /* the store failed: no more promises */
+	/* The group commit: a thread that fdatasyncs while the loop goes on
+	 * taking entries, and wakes the loop through an eventfd. */
+	pthread_t syncer;
+	int syncer_up;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int sync_fd;	     /* to fdatasync; -1: idle */
+	int sync_busy;	     /* handed over, not yet taken back */
+	atomic_int sync_done; /* 1: finished, sync_err says how */
+	int sync_err, quit;
+	int efd, epfd;
+	long spin_us;
 };
 
 static void say(const struct wimm_log_server *s, enum wimm_log_level lvl, const char *fmt, ...)
@@ -429,6 +450,91 @@ static int handle(struct wimm_log_server *s, const struct wimm_event *e)
 	}
 }
 
+static void *syncer_main(void *arg)
+{
+	struct wimm_log_server *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->quit && s->sync_fd < 0)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->quit)
+			break;
+		int fd = s->sync_fd;
+		pthread_mutex_unlock(&s->mu);
+		int err = fdatasync(fd) ? errno : 0;
+		pthread_mutex_lock(&s->mu);
+		s->sync_fd = -1;
+		s->sync_err = err;
+		atomic_store(&s->sync_done, 1);
+		uint64_t one = 1;
+		if (write(s->efd, &one, sizeof(one)) < 0) {
+			/* The loop also looks at sync_done every turn. */
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Take back a finished fdatasync; hand over the next one. */
+static void group_commit(struct wimm_log_server *s)
+{
+	if (s->sync_busy && atomic_load(&s->sync_done)) {
+		uint64_t v;
+		pthread_mutex_lock(&s->mu);
+		int err = s->sync_err;
+		pthread_mutex_unlock(&s->mu);
+		if (read(s->efd, &v, sizeof(v)) < 0) {
+			/* nothing was pending */
+		}
+		atomic_store(&s->sync_done, 0);
+		s->sync_busy = 0;
+		if (err) {
+			say(s, WIMM_LOG_ERROR, "fdatasync of the segment file failed: %s",
+			    strerror(err));
+			s->failed = 1;
+		}
+		log_store_sync_end(s->st, !err);
+	}
+	if (!s->sync_busy && !s->failed && log_store_dirty(s->st)) {
+		int fd;
+		if (log_store_sync_begin(s->st, &fd)) {
+			s->failed = 1;
+			return;
+		}
+		if (fd < 0)
+			return;
+		pthread_mutex_lock(&s->mu);
+		s->sync_fd = fd;
+		s->sync_busy = 1;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+}
+
+/* Spin a little, then sleep on the context's fd and the syncer's eventfd
+ * (the README's event-loop contract: arm, then sleep). */
+static int wait_events(struct wimm_log_server *s, struct wimm_event *ev, int timeout_ms)
+{
+	int n = wimm_poll(s->ctx, ev, EV_BATCH);
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (n == 0 && timeout_ms != 0 && !atomic_load(&s->sync_done)) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long us = (t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000;
+		if (us >= s->spin_us) {
+			if (wimm_ctx_arm(s->ctx) == 0 && !atomic_load(&s->sync_done)) {
+				struct epoll_event e[2];
+				int left = timeout_ms < 0 ? -1 : timeout_ms - (int)(us / 1000);
+				epoll_wait(s->epfd, e, 2, left < 0 && timeout_ms >= 0 ? 0 : left);
+			}
+			n = wimm_poll(s->ctx, ev, EV_BATCH);
+			break;
+		}
+		n = wimm_poll(s->ctx, ev, EV_BATCH);
+	}
+	return n;
+}
+
 int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 {
 	struct wimm_event ev[EV_BATCH];
@@ -438,8 +544,7 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	if (s->failed)
 		return WIMM_E_PERM;
 	take_requests(s);
-	int n = wimm_wait(s->ctx, ev, EV_BATCH, WIMM_WAIT_ADAPTIVE,
-			  log_store_dirty(s->st) ? 0 : timeout_ms);
+	int n = wait_events(s, ev, timeout_ms);
 	for (int turn = 0; n > 0; turn++) {
 		for (int i = 0; i < n; i++)
 			taken += handle(s, &ev[i]);
@@ -449,12 +554,11 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	}
 	if (n < 0)
 		return n;
-	/* Visible first, then one fsync for everything taken (group commit). */
+	/* Visible at once; durable when the syncer's fdatasync of everything
+	 * written before it began returns (group commit). */
 	if (log_store_flush(s->st))
 		s->failed = 1;
-	send_acks(s);
-	if (!s->failed && log_store_dirty(s->st) && log_store_sync(s->st))
-		s->failed = 1;
+	group_commit(s);
 	send_acks(s);
 	drop_marked(s);
 	return s->failed ? WIMM_E_PERM : taken;
@@ -472,10 +576,14 @@ int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 	if (ring < 4096 || ring > (64u << 20) || ring % 8 || conns > 4096)
 		return WIMM_E_INVAL;
 	struct wimm_log_server *s = calloc(1, sizeof(*s));
-	int rc = WIMM_E_NOMEM;
+	int rc = WIMM_E_NOMEM, cfd;
 	if (!s)
 		return rc;
+	s->efd = s->epfd = s->sync_fd = -1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
 	s->ctx = ctx;
+	s->spin_us = attr->spin_us ? attr->spin_us : SPIN_US;
 	s->ring_size = ring;
 	s->max_conns = conns;
 	s->log = attr->log;
@@ -499,8 +607,21 @@ int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 	 * accepted with a window of its own. */
 	struct wimm_conn_attr la = {.rx_depth = RX_DEPTH};
 	rc = wimm_listen(ctx, listen_addr, &la, &s->l);
+	if (!rc)
+		rc = wimm_ctx_fd(ctx, &cfd);
 	if (rc)
 		goto fail;
+	rc = WIMM_E_NOMEM;
+	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event e1 = {.events = EPOLLIN}, e2 = {.events = EPOLLIN};
+	if (s->efd < 0 || s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, cfd, &e1) ||
+	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &e2) ||
+	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, wimm_listener_fd(s->l), &e1))
+		goto fail;
+	if (pthread_create(&s->syncer, NULL, syncer_main, s))
+		goto fail;
+	s->syncer_up = 1;
 	*out = s;
 	return 0;
 fail:
@@ -534,6 +655,23 @@ int wimm_log_server_close(struct wimm_log_server **ps)
 	int rc = 0;
 	if (!s)
 		return 0;
+	if (s->syncer_up) {
+		pthread_mutex_lock(&s->mu);
+		s->quit = 1;
+		pthread_cond_signal(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->syncer, NULL);
+		if (s->sync_busy && atomic_load(&s->sync_done)) {
+			log_store_sync_end(s->st, !s->sync_err);
+			s->sync_busy = 0;
+		}
+	}
+	if (s->efd >= 0)
+		close(s->efd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
 	if (s->st && !s->failed) {
 		rc = log_store_sync(s->st);
 		if (!rc)

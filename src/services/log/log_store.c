@@ -51,6 +51,10 @@ struct log_store {
 	size_t nwriters, writers_cap;
 	unsigned char *scratch;
 	size_t scratch_cap;
+	/* An fdatasync in flight: how far it makes the log durable. */
+	uint64_t sync_target;
+	uint64_t *sync_snap; /* each writer's last_seq at its begin */
+	size_t sync_n, sync_cap;
 };
 
 static void say(const struct log_store *st, enum wimm_log_level lvl, const char *fmt, ...)
@@ -426,6 +430,7 @@ void log_store_close(struct log_store **pst)
 	free(st->stage);
 	free(st->writers);
 	free(st->scratch);
+	free(st->sync_snap);
 	free(st->dir);
 	free(st);
 	*pst = NULL;
@@ -463,6 +468,34 @@ int log_store_sync(struct log_store *st)
 	for (size_t i = 0; i < st->nwriters; i++)
 		st->writers[i].durable_seq = st->writers[i].last_seq;
 	return 0;
+}
+
+int log_store_sync_begin(struct log_store *st, int *fd)
+{
+	int rc = log_store_flush(st);
+	*fd = -1;
+	if (rc || st->durable == st->entries)
+		return rc;
+	if (grow((void **)&st->sync_snap, &st->sync_cap, st->nwriters, sizeof(*st->sync_snap)))
+		return WIMM_E_NOMEM;
+	for (size_t i = 0; i < st->nwriters; i++)
+		st->sync_snap[i] = st->writers[i].last_seq;
+	st->sync_n = st->nwriters;
+	st->sync_target = st->entries;
+	*fd = st->segs[st->nsegs - 1].fd;
+	return 0;
+}
+
+void log_store_sync_end(struct log_store *st, int ok)
+{
+	if (!ok)
+		return;
+	st->fsyncs++;
+	if (st->sync_target > st->durable)
+		st->durable = st->sync_target;
+	for (size_t i = 0; i < st->sync_n; i++)
+		if (st->sync_snap[i] > st->writers[i].durable_seq)
+			st->writers[i].durable_seq = st->sync_snap[i];
 }
 
 int log_store_dirty(const struct log_store *st)
