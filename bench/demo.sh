@@ -55,5 +55,5 @@ for n, r in enumerate(table):
         print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 print("\nwrite_imm: data + doorbell in one operation; write_send: write, then a 0-byte send;\n"
       "send_imm: two-sided send into a posted buffer; write_poll: write, receiver polls a flag\n"
-      "byte (no completion: only works where bytes land in order, see ERRATA E8).")
+      "byte (no completion: only works where bytes land in order, see docs/errata.md E8).")
 EOF

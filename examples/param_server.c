@@ -8,7 +8,7 @@
  * workers' shards, checks the sums (workers send known values) and releases
  * every worker with a zero-length doorbell whose imm is the iteration.
  *
- * Ordering (ERRATA E7): a connection delivers its own events in post order,
+ * Ordering (docs/errata.md E7): a connection delivers its own events in post order,
  * and a doorbell announces only data written on that connection before it.
  * Across connections nothing is ordered: worker 2 may finish before worker 0
  * starts. So the server counts shards per iteration across connections and

@@ -94,7 +94,7 @@ static void *server_main(void *arg)
 				run->wraps++;
 			}
 			/* The imm carries the length because some fabrics report 0
-			 * (ERRATA E3); where both exist they must agree. */
+			 * (docs/errata.md E3); where both exist they must agree. */
 			if (ev[i].len != 0 && ev[i].len != f[F_LEN])
 				ex_fatal("server: imm says %u bytes, the event %u", f[F_LEN],
 					 ev[i].len);

@@ -470,7 +470,10 @@ int wimm_progress(struct wimm_ctx *ctx);
  * sleeping on the fd cannot deadlock whatever was polled before (a partial
  * poll included): arm itself hands consumed receive slots back and sends
  * due credit returns. WIMM_E_AGAIN means events are already pending or
- * work is due: call wimm_poll, then arm again. */
+ * work is due: call wimm_poll, then arm again. Credits come back as plain
+ * writes that wake no one: while a connection's last doorbell found no
+ * credit (WIMM_E_AGAIN), the fd also becomes readable about every
+ * millisecond, so a sender sleeping on it tries again soon. */
 int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd);
 int wimm_ctx_arm(struct wimm_ctx *ctx);
 

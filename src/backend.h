@@ -11,7 +11,7 @@
  *   struct wimm_listener -> void *blis   passive endpoint / cm listener
  *   struct wimm_conn   -> void *bconn    QP / endpoint, receive slots
  *
- * Contract every backend keeps (DESIGN.md, checked by tests/conformance):
+ * Contract every backend keeps (docs/design.md, checked by tests/conformance):
  * - post() either posts exactly what it was asked or posts nothing and
  *   returns a negative WIMM_E_*; it never blocks.
  * - poll() returns completions of one connection in post order, a receive

@@ -18,6 +18,8 @@
 #define CLI_DEFAULT_PORT 7471
 #define CLI_DEFAULT_DEPTH 64
 #define CLI_DEFAULT_TIMEOUT_S 30
+#define CLI_PINGPONG_ITERS 10000u
+#define CLI_RATE_ITERS 100000u
 
 enum bench_mode {
 	BENCH_PINGPONG,
@@ -56,7 +58,10 @@ struct bench_opts {
 
 const char *bench_op_name(enum bench_op op);
 const char *bench_wait_name(enum wimm_wait_mode mode);
+/* Every command and flag with its default (wimm --help). */
 void cli_usage(FILE *f);
+/* One command's flags with their defaults (wimm COMMAND --help). */
+void cli_usage_command(FILE *f, const char *command);
 /* Parse argv of `wimm pingpong|rate`; on a bad flag prints usage and exits
  * with status 2, on -h prints usage and exits 0. */
 void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out);
@@ -157,6 +162,14 @@ void pingpong_server(struct endpoint *ep);
 void pingpong_client(struct endpoint *ep, struct bench_result *res);
 void rate_server(struct endpoint *ep);
 void rate_client(struct endpoint *ep, struct bench_result *res);
+
+/* ------------------------------------------------------------ selfaddr.c */
+
+/* The address --self listens on and connects to when no HOST is given:
+ * 127.0.0.1 for libfabric, the IP of the netdev under the device for
+ * "verbs:<dev>" (buf holds it). Ends the process, saying what to do, when
+ * the device has none. */
+const char *cli_self_host(const char *fabric, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- run.c */
 

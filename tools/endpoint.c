@@ -44,6 +44,51 @@ _Noreturn void cli_die(const char *fmt, ...)
 	end_process();
 }
 
+/* What a user can do about each error the library reports to the tool. */
+static const char *advice_for(int err)
+{
+	switch (err) {
+	case WIMM_E_NOFABRIC:
+		return "run `wimm info` for the fabrics this build has and this machine offers;"
+		       " -f takes auto, ofi:tcp, ofi:shm or verbs:<device>";
+	case WIMM_E_NODEV:
+		return "run `wimm info` for the devices and providers present; for Soft-RoCE"
+		       " create one first (rdma link add rxe0 type rxe netdev <interface>)";
+	case WIMM_E_ADDR:
+		return "give HOST as an IP address or a resolvable name; on verbs it must be an"
+		       " address of the RDMA device's network interface";
+	case WIMM_E_UNREACHABLE:
+		return "start the server first (the same command with the same -f, -o, -s, -p and"
+		       " no HOST) and check that HOST and -p point at it";
+	case WIMM_E_TIMEDOUT:
+		return "the peer did not answer in time: is it running, with the same -f and -p?"
+		       " --timeout SEC waits longer";
+	case WIMM_E_PROTO:
+	case WIMM_E_VERSION:
+		return "the peer is not a wimm of this version: run the same wimm on both ends";
+	case WIMM_E_DISCONNECTED:
+		return "the peer closed or died: look at its output for the reason";
+	case WIMM_E_NOMEM:
+		return "registering memory needs locked memory: raise the limit (ulimit -l"
+		       " unlimited) or use a smaller -s";
+	case WIMM_E_TOOBIG:
+		return "use a smaller -s: `wimm info` shows the fabric's max_msg";
+	case WIMM_E_AGAIN:
+		return "the completion queue budget is exhausted: use a smaller -d";
+	case WIMM_E_NORECV:
+	case WIMM_E_TRUNC:
+	case WIMM_E_BOUNDS:
+	case WIMM_E_NOWINDOW:
+		return "run both ends with the same -o and -s";
+	case WIMM_E_PROVIDER:
+		return "the provider's message above says what failed (a port in use: pick"
+		       " another -p; permission denied: run as root or raise ulimit -l)";
+	default:
+		return "this is a bug in wimm or its fabric: please report the command and this"
+		       " output";
+	}
+}
+
 _Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...)
 {
 	va_list ap;
@@ -57,7 +102,7 @@ _Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...)
 	int prov_err = wimm_provider_error(ctx, &text);
 	if (prov_err != 0 || (text != NULL && text[0] != '\0'))
 		fprintf(stderr, "; provider: %s (%d)", text != NULL ? text : "", prov_err);
-	fputc('\n', stderr);
+	fprintf(stderr, "\nwimm: what to do: %s\n", advice_for(err));
 	end_process();
 }
 
@@ -88,7 +133,7 @@ static void *alloc_buffer(size_t len)
 	size_t rounded = (len + BUFFER_ALIGN - 1) / BUFFER_ALIGN * BUFFER_ALIGN;
 	void *p = aligned_alloc(BUFFER_ALIGN, rounded);
 	if (p == NULL)
-		cli_die("cannot allocate %zu bytes", rounded);
+		cli_die("cannot allocate %zu bytes: use a smaller -s", rounded);
 	memset(p, 0, rounded);
 	return p;
 }
@@ -152,7 +197,7 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: limits of fabric %s", role, wimm_ctx_fabric(ep->ctx));
 	if (opts->depth > limits.max_depth)
-		cli_die("%s: -d %u is deeper than %s allows (%u)", role, opts->depth,
+		cli_die("%s: -d %u is deeper than %s allows: use -d %u or less", role, opts->depth,
 			wimm_ctx_fabric(ep->ctx), limits.max_depth);
 	ep->sq_depth = sq_depth_for(opts, limits.max_depth);
 
@@ -306,7 +351,7 @@ static _Noreturn void fail_event(const struct endpoint *ep, const struct wimm_ev
 		(unsigned long long)ev->op_seq, wimm_strerror(status), wimm_err_name(status));
 	if (ev->prov_err != 0)
 		fprintf(stderr, "; provider code %d", ev->prov_err);
-	fputc('\n', stderr);
+	fprintf(stderr, "\nwimm: what to do: %s\n", advice_for(status));
 	end_process();
 }
 
@@ -375,7 +420,7 @@ static void check_silence(const struct endpoint *ep, uint64_t *silent_since, con
 		*silent_since = now;
 	else if (now - *silent_since > (uint64_t)ep->opts->timeout_ms * 1000000u)
 		cli_die("%s: no progress for %d s while waiting for %s (is the peer running with"
-			" the same flags?)",
+			" the same flags? --timeout SEC waits longer)",
 			ep->role, ep->opts->timeout_ms / 1000, waiting);
 }
 
@@ -402,8 +447,10 @@ static int fill_backlog(struct endpoint *ep, const char *waiting)
 			silent_since = 0;
 		} else if (ep->opts->wait_mode != WIMM_WAIT_SPIN) {
 			/* wimm_wait returned 0: its timeout elapsed. */
-			cli_die("%s: no event for %d s while waiting for %s", ep->role,
-				ep->opts->timeout_ms / 1000, waiting);
+			cli_die(
+			    "%s: no event for %d s while waiting for %s (is the peer running with"
+			    " the same flags? --timeout SEC waits longer)",
+			    ep->role, ep->opts->timeout_ms / 1000, waiting);
 		} else if (++empty_polls % SPINS_PER_CLOCK_CHECK == 0) {
 			check_silence(ep, &silent_since, waiting);
 		}

@@ -114,7 +114,7 @@ void msg_receive(struct endpoint *ep, uint32_t seq)
 	case OP_WRITE_POLL:
 		/* No completion at all: the flag is the only sign, and the
 		 * spec does not promise in-order placement of a write's bytes
-		 * (ERRATA E8); it works on the fabrics measured here. */
+		 * (docs/errata.md E8); it works on the fabrics measured here. */
 		ep_wait_byte(ep, size - 1, poll_flag(seq));
 		break;
 	}

@@ -36,46 +36,93 @@ const char *bench_wait_name(enum wimm_wait_mode mode)
 	return "?";
 }
 
+static const char usage_commands[] =
+    "usage: wimm info [--json]             fabrics usable here and their limits\n"
+    "       wimm pingpong [flags] [HOST]   latency (a server without HOST)\n"
+    "       wimm rate [flags] [HOST]       message rate (a server without HOST)\n"
+    "       wimm doctor [flags] [HOST]     why a write-with-imm is not seen (wimm doctor --help)\n"
+    "       wimm --version | --help\n"
+    "       wimm COMMAND --help            the flags of one command\n";
+
+static const char usage_info[] = "usage: wimm info [--json]\n"
+				 "  --json        one JSON object instead of text (default: text)\n"
+				 "  -h, --help    this text\n";
+
+static const char usage_exit[] = "exit status: 0 done, 1 the run failed (the message says what"
+				 " to do), 2 bad command line\n";
+
+static void usage_bench(FILE *f, enum bench_mode mode)
+{
+	fprintf(
+	    f,
+	    "usage: wimm %s [flags] [HOST]   %s\n"
+	    "  -f FABRIC     auto, ofi:tcp, ofi:shm, verbs:rxe0, ... (default: auto)\n"
+	    "  -o OP         write_imm | write_send | send_imm | write_poll"
+	    " (default: write_imm)\n"
+	    "  -s SIZE       message bytes, K/M/G suffixes allowed (default: 8)\n"
+	    "  -n ITERS      timed iterations (default: %u)\n"
+	    "  -w WARMUP     untimed iterations before (default: ITERS/10)\n"
+	    "  -p PORT       TCP port (default: %d; --self: a free one)\n"
+	    "  -d DEPTH      receive window, doorbells in flight (default: %d)\n"
+	    "  --wait MODE   spin | block | adaptive (default: spin)\n"
+	    "  --self        both ends in this process, two threads with a context each, over\n"
+	    "                HOST if given, else 127.0.0.1 (verbs: the address of the\n"
+	    "                device's network interface) (default: off)\n"
+	    "  --timeout SEC give up when the peer stays silent this long, 0: never (default:\n"
+	    "                %d; a server without it waits for its client forever)\n"
+	    "  --json        one JSON object on stdout (default: off, a perftest-like table)\n"
+	    "  --stats       each side's context counters at the end, on stderr (default: off)\n"
+	    "  -h, --help    this text\n"
+	    "\n"
+	    "ops: write_imm   one write-with-imm (data + doorbell)\n"
+	    "     write_send  plain write, then a 0-byte send-with-imm as the doorbell\n"
+	    "     send_imm    two-sided send into a pre-posted receive buffer\n"
+	    "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1;\n"
+	    "                 it spins whatever --wait says: there is no event to sleep on)\n"
+	    "%s",
+	    mode == BENCH_PINGPONG ? "pingpong" : "rate",
+	    mode == BENCH_PINGPONG ? "latency" : "message rate",
+	    mode == BENCH_PINGPONG ? CLI_PINGPONG_ITERS : CLI_RATE_ITERS, CLI_DEFAULT_PORT,
+	    CLI_DEFAULT_DEPTH, CLI_DEFAULT_TIMEOUT_S,
+	    mode == BENCH_PINGPONG
+		? "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n"
+		: "rate streams messages and reports messages/s and bytes/s, like ib_write_bw.\n");
+}
+
 void cli_usage(FILE *f)
 {
-	fputs("usage: wimm info [--json]\n"
-	      "       wimm pingpong [flags] [HOST]   latency (server without HOST)\n"
-	      "       wimm rate [flags] [HOST]       message rate (server without HOST)\n"
-	      "       wimm --version\n"
-	      "\n"
-	      "flags of pingpong and rate:\n"
-	      "  -f FABRIC     auto, ofi:tcp, ofi:shm, verbs:rxe0, ... (default auto)\n"
-	      "  -o OP         write_imm | write_send | send_imm | write_poll"
-	      " (default write_imm)\n"
-	      "  -s SIZE       message bytes, K/M suffixes allowed (default 8)\n"
-	      "  -n ITERS      timed iterations (default 10000 pingpong, 100000 rate)\n"
-	      "  -w WARMUP     untimed iterations before (default ITERS/10)\n"
-	      "  -p PORT       TCP port (default 7471; --self: a free one)\n"
-	      "  -d DEPTH      receive window, doorbells in flight (default 64)\n"
-	      "  --wait MODE   spin | block | adaptive (default spin)\n"
-	      "  --self        both ends in this process, two threads with a context each,\n"
-	      "                over HOST if given, else 127.0.0.1\n"
-	      "  --timeout SEC give up when the peer stays silent this long (default 30,\n"
-	      "                0: never); a server without it waits for its client forever\n"
-	      "  --json        one JSON object on stdout\n"
-	      "  --stats       each side's context counters at the end, on stderr\n"
-	      "  -h, --help    this text\n"
-	      "\n"
-	      "ops: write_imm   one write-with-imm (data + doorbell)\n"
-	      "     write_send  plain write, then a 0-byte send-with-imm as the doorbell\n"
-	      "     send_imm    two-sided send into a pre-posted receive buffer\n"
-	      "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1;\n"
-	      "                 it spins whatever --wait says: there is no event to sleep on)\n"
-	      "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n",
-	      f);
+	fputs(usage_commands, f);
+	fputs("\n", f);
+	fputs(usage_info, f);
+	fputs("\n", f);
+	usage_bench(f, BENCH_PINGPONG);
+	fputs("\nwimm rate takes the same flags (default -n: ", f);
+	fprintf(f, "%u).\n\n%s", CLI_RATE_ITERS, usage_exit);
 }
+
+void cli_usage_command(FILE *f, const char *command)
+{
+	if (strcmp(command, "info") == 0)
+		fputs(usage_info, f);
+	else if (strcmp(command, "pingpong") == 0)
+		usage_bench(f, BENCH_PINGPONG);
+	else if (strcmp(command, "rate") == 0)
+		usage_bench(f, BENCH_RATE);
+	else
+		fputs(usage_commands, f);
+	fprintf(f, "\n%s", usage_exit);
+}
+
+/* The command being parsed, for the usage that follows an error. */
+static enum bench_mode parsing_mode;
 
 static _Noreturn void usage_error(const char *fmt, const char *arg)
 {
 	fputs("wimm: ", stderr);
 	fprintf(stderr, fmt, arg);
 	fputs("\n", stderr);
-	cli_usage(stderr);
+	usage_bench(stderr, parsing_mode);
+	fprintf(stderr, "\n%s", usage_exit);
 	exit(2);
 }
 
@@ -159,6 +206,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    {NULL, 0, NULL, 0},
 	};
 	int warmup_given = 0;
+	parsing_mode = mode;
 	unsigned long long timeout_s = CLI_DEFAULT_TIMEOUT_S;
 
 	*out = (struct bench_opts){
@@ -166,7 +214,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    .fabric = "auto",
 	    .op = OP_WRITE_IMM,
 	    .size = 8,
-	    .iters = mode == BENCH_PINGPONG ? 10000 : 100000,
+	    .iters = mode == BENCH_PINGPONG ? CLI_PINGPONG_ITERS : CLI_RATE_ITERS,
 	    .port = CLI_DEFAULT_PORT,
 	    .wait_mode = WIMM_WAIT_SPIN,
 	    .depth = CLI_DEFAULT_DEPTH,
@@ -207,7 +255,8 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 				usage_error("%s must be at least 1", "-d");
 			break;
 		case 'h':
-			cli_usage(stdout);
+			usage_bench(stdout, mode);
+			fprintf(stdout, "\n%s", usage_exit);
 			exit(0);
 		case FLAG_JSON:
 			out->json = 1;

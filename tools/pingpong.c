@@ -42,7 +42,7 @@ void pingpong_client(struct endpoint *ep, struct bench_result *res)
 	uint32_t total = warmup + ep->opts->iters;
 	res->rtt_ns = malloc((size_t)ep->opts->iters * sizeof(res->rtt_ns[0]));
 	if (res->rtt_ns == NULL)
-		cli_die("cannot allocate %u samples", ep->opts->iters);
+		cli_die("cannot allocate %u samples: use a smaller -n", ep->opts->iters);
 
 	uint64_t start_ns = 0, start = 0, prev = 0;
 	for (uint32_t seq = 0; seq < total; seq++) {

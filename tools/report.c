@@ -47,7 +47,7 @@ static void latency_stats(const struct bench_result *res, struct latency_stats *
 	uint32_t n = res->count;
 	uint64_t *sorted = malloc((size_t)n * sizeof(sorted[0]));
 	if (sorted == NULL)
-		cli_die("out of memory");
+		cli_die("out of memory: use a smaller -n");
 	memcpy(sorted, res->rtt_ns, (size_t)n * sizeof(sorted[0]));
 	qsort(sorted, n, sizeof(sorted[0]), compare_u64);
 

@@ -9,8 +9,6 @@
 
 #include "cli.h"
 
-#define SELF_DEFAULT_HOST "127.0.0.1"
-
 static void serve(struct endpoint *ep)
 {
 	if (ep->opts->mode == BENCH_PINGPONG)
@@ -35,7 +33,8 @@ static void run_client(struct endpoint *ep, const char *host, int port, struct b
 
 struct self_server {
 	const struct bench_opts *opts;
-	const char *host;
+	const char *host; /* NULL: found once the fabric is open */
+	char host_buf[64];
 	pthread_mutex_t lock;
 	pthread_cond_t listening;
 	int port; /* 0 until the server listens */
@@ -48,9 +47,12 @@ static void *self_server_main(void *arg)
 	const struct bench_opts *opts = server->opts;
 
 	ep_open(&server->ep, opts, "server");
+	if (server->host == NULL)
+		server->host = cli_self_host(wimm_ctx_fabric(server->ep.ctx), server->host_buf,
+					     sizeof(server->host_buf));
 	int port = ep_listen(&server->ep, server->host, opts->port_given ? opts->port : 0);
 	if (port <= 0)
-		cli_die("server: the listener reports no port (%d)", port);
+		cli_die("server: the listener reports no port (%d): pass a port with -p", port);
 	pthread_mutex_lock(&server->lock);
 	server->port = port;
 	pthread_cond_signal(&server->listening);
@@ -68,16 +70,18 @@ static int run_self(const struct bench_opts *opts, struct bench_result *res)
 	struct self_server *server = calloc(1, sizeof(*server));
 	struct endpoint *client = calloc(1, sizeof(*client));
 	if (server == NULL || client == NULL)
-		cli_die("out of memory");
+		cli_die("out of memory: close other programs or use a smaller -s");
 	server->opts = opts;
-	server->host = opts->host != NULL ? opts->host : SELF_DEFAULT_HOST;
+	server->host = opts->host;
 	pthread_mutex_init(&server->lock, NULL);
 	pthread_cond_init(&server->listening, NULL);
 
 	pthread_t thread;
 	int rc = pthread_create(&thread, NULL, self_server_main, server);
 	if (rc != 0)
-		cli_die("cannot start the server thread: %s", strerror(rc));
+		cli_die("cannot start the server thread: %s (run server and client as two "
+			"processes instead of --self)",
+			strerror(rc));
 	pthread_mutex_lock(&server->lock);
 	while (server->port == 0)
 		pthread_cond_wait(&server->listening, &server->lock);
@@ -99,7 +103,7 @@ static int run_server(const struct bench_opts *opts)
 {
 	struct endpoint *ep = calloc(1, sizeof(*ep));
 	if (ep == NULL)
-		cli_die("out of memory");
+		cli_die("out of memory: close other programs or use a smaller -s");
 	ep_open(ep, opts, "server");
 	int port = ep_listen(ep, "0.0.0.0", opts->port);
 	fprintf(stderr, "listening on port %d\n", port);
@@ -126,7 +130,7 @@ int bench_run(const struct bench_opts *opts)
 	} else {
 		struct endpoint *ep = calloc(1, sizeof(*ep));
 		if (ep == NULL)
-			cli_die("out of memory");
+			cli_die("out of memory: close other programs or use a smaller -s");
 		ep->opts = opts;
 		run_client(ep, opts->host, opts->port, &res);
 		free(ep);

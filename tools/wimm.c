@@ -19,11 +19,11 @@ static int run_info(int argc, char **argv)
 		if (strcmp(argv[i], "--json") == 0) {
 			json = 1;
 		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			cli_usage(stdout);
+			cli_usage_command(stdout, "info");
 			return 0;
 		} else {
 			fprintf(stderr, "wimm: info: unexpected argument '%s'\n", argv[i]);
-			cli_usage(stderr);
+			cli_usage_command(stderr, "info");
 			return 2;
 		}
 	}
@@ -36,7 +36,7 @@ static int run_info(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		cli_usage(stderr);
+		cli_usage_command(stderr, "");
 		return 2;
 	}
 	const char *command = argv[1];
@@ -63,8 +63,8 @@ int main(int argc, char **argv)
 	} else if (strcmp(command, "rate") == 0) {
 		mode = BENCH_RATE;
 	} else {
-		fprintf(stderr, "wimm: unknown command '%s'\n", command);
-		cli_usage(stderr);
+		fprintf(stderr, "wimm: unknown command '%s' (wimm --help lists them)\n", command);
+		cli_usage_command(stderr, "");
 		return 2;
 	}
 	struct bench_opts opts;

@@ -369,6 +369,8 @@ int wimm_conn_delete(struct wimm_conn **pc)
 	struct wimm_conn *c = *pc;
 	struct wimm_ctx_stats *cs = wimm_ctx_counters(c->ctx);
 	wimm_ctx_purge_conn(c->ctx, c);
+	if (c->starved)
+		wimm_ctx_starved(c->ctx, -1);
 	wimm_ctx_link_conn(c->ctx, c, 0);
 	wimm_ctx_count_object(c->ctx, -1);
 	wimm_conn_add_stats(c, &cs->total);

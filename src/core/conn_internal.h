@@ -61,6 +61,7 @@ struct wimm_conn {
 	int credit_return_due;
 	int release_queued; /* in the ctx's release queue */
 	int fence_posted, fence_done;
+	int starved; /* the last doorbell found no credit (wimm_ctx_starved) */
 
 	/* Liveness: what was last seen of the peer, and when. */
 	int64_t since_ns; /* set-up began / last sign of life */

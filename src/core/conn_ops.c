@@ -105,22 +105,37 @@ static int wait_step(struct wimm_conn *c, struct backoff *b)
 	return 0;
 }
 
+static void set_starved(struct wimm_conn *c, int starved)
+{
+	if (c->starved == starved)
+		return;
+	c->starved = starved;
+	wimm_ctx_starved(c->ctx, starved ? 1 : -1);
+}
+
 static int take_credit(struct wimm_conn *c, unsigned flags)
 {
 	struct backoff b = {0, 0};
 
-	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
+	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0) {
+		if (c->starved)
+			set_starved(c, 0);
 		return 0;
+	}
 	/* The credit word may be waiting for progress (manual-progress
 	 * providers land remote writes only when called). */
 	int ret = wimm_ctx_progress_into_backlog(c->ctx);
 	if (ret)
 		return ret;
-	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0)
+	if (wimm_credit_tx_take(&c->tx, peer_released(c)) == 0) {
+		set_starved(c, 0);
 		return 0;
+	}
 	c->st.credit_stalls++;
-	if (!(flags & WIMM_F_WAIT))
+	if (!(flags & WIMM_F_WAIT)) {
+		set_starved(c, 1);
 		return WIMM_E_AGAIN;
+	}
 	int64_t t0 = wimm_now_ns();
 	while (wimm_credit_tx_take(&c->tx, peer_released(c)) != 0) {
 		ret = wait_step(c, &b);
@@ -128,6 +143,8 @@ static int take_credit(struct wimm_conn *c, unsigned flags)
 			break;
 	}
 	c->st.credit_stall_ns += (uint64_t)(wimm_now_ns() - t0);
+	if (ret == 0)
+		set_starved(c, 0);
 	return ret;
 }
 

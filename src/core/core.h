@@ -40,6 +40,8 @@ int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int f
 void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c);
 /* Link (add: can fail with NOMEM) or unlink a connection. */
 int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add);
+/* A connection starts (+1) or stops (-1) being out of credit. */
+void wimm_ctx_starved(struct wimm_ctx *ctx, int delta);
 /* c has slots to hand back (or a credit write to retry) at the next poll;
  * called once until wimm_conn_keep_queued() says it is done. */
 void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c);

@@ -20,6 +20,7 @@
 /* With liveness off, ticks still time out connections stuck in set-up. */
 #define TICK_OFF_NS 1000000000LL
 #define TICK_MIN_NS 10000000LL
+#define STARVED_WAKE_NS 1000000LL
 /* A spinning wait reads the clock once per this many empty polls. */
 #define WAIT_POLLS_PER_CLOCK 8
 
@@ -44,6 +45,10 @@ struct wimm_ctx {
 	int timerfd;
 	int timer_armed;
 	int64_t tick_ns, next_tick_ns;
+	/* Connections whose last post found no credit: credits come back as
+	 * plain writes that wake no one, so a sleeper is woken every
+	 * STARVED_WAKE_NS to try again while there are any. */
+	uint32_t starved;
 	int objects; /* regions, listeners, connections still alive */
 	int prov_err;
 	char prov_text[256];
@@ -369,6 +374,11 @@ int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 	return 0;
 }
 
+void wimm_ctx_starved(struct wimm_ctx *ctx, int delta)
+{
+	ctx->starved = (uint32_t)((int64_t)ctx->starved + delta);
+}
+
 void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c)
 {
 	/* Cannot overflow: a linked connection is queued at most once and
@@ -663,6 +673,14 @@ int wimm_ctx_arm(struct wimm_ctx *ctx)
 		ctx->next_listener_check_ns = 0;
 		return WIMM_E_AGAIN;
 	}
+	if (ctx->starved) {
+		/* A sender out of credit: wake soon to look at its credit word. */
+		struct itimerspec its = {.it_value = {0, STARVED_WAKE_NS}};
+		its.it_interval.tv_sec = ctx->tick_ns / 1000000000;
+		its.it_interval.tv_nsec = ctx->tick_ns % 1000000000;
+		timerfd_settime(ctx->timerfd, 0, &its, NULL);
+		ctx->timer_armed = 1;
+	}
 	return ctx->ops->arm(ctx->bctx);
 }
 
@@ -672,7 +690,7 @@ static int ctx_block(struct wimm_ctx *ctx, int timeout_ms)
 	struct epoll_event ready[8];
 
 	/* Arm, then sleep only if the re-check found nothing: an event that
-	 * arrived before arming raises no wake-up (ERRATA E6). */
+	 * arrived before arming raises no wake-up (docs/errata.md E6). */
 	int ret = wimm_ctx_arm(ctx);
 	if (ret == WIMM_E_AGAIN)
 		return 0;

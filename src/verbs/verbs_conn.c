@@ -338,7 +338,7 @@ static int verbs_qp_create(struct verbs_conn *c)
 	rc = verbs_tab_add(vc, c);
 	if (rc)
 		return rc;
-	/* ERRATA E1: the seed article says write-with-imm needs no receive
+	/* docs/errata.md E1: the source article says write-with-imm needs no receive
 	 * WQE. Wrong: it consumes one at the responder, and with none posted
 	 * an RC responder answers RNR NAK. Hence rx_depth receives posted
 	 * up front (zero-length when recv_size is 0) and credits for them. */

@@ -608,7 +608,7 @@ static int verbs_fd(void *bctx)
 	return ((struct verbs_ctx *)bctx)->epfd;
 }
 
-/* ERRATA E6: a CQE that arrived before ibv_req_notify_cq raises no event,
+/* docs/errata.md E6: a CQE that arrived before ibv_req_notify_cq raises no event,
  * so poll once more after arming; what is found waits in the stash. */
 static int verbs_arm(void *bctx)
 {

@@ -35,7 +35,7 @@ int verbs_status_to_wimm(enum ibv_wc_status st)
 
 /* Post n receives in ONE ibv_post_recv call (a linked list), oldest slot
  * first, so slot i of the ring is always the i-th receive to complete.
- * Every write-with-imm consumes one of them (ERRATA E1, not "none needed"
+ * Every write-with-imm consumes one of them (docs/errata.md E1, not "none needed"
  * as the seed article says): without one an RC responder sends RNR NAK. */
 int verbs_rx_post(struct verbs_conn *c, uint32_t n)
 {
@@ -208,7 +208,7 @@ static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wi
 		c->rx_consumed++;
 		out->len = wc->byte_len;
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-			/* ERRATA E3: byte_len is the length of the write */
+			/* docs/errata.md E3: byte_len is the length of the write */
 			out->kind = WIMM_CQE_RECV_WRITE_IMM;
 			out->imm = ntohl(wc->imm_data);
 		} else {

@@ -1,6 +1,6 @@
 /* Data-path conformance: the imm, the bytes and the length of each
- * operation arrive intact and in order (DESIGN contract items 1-3, 6;
- * ERRATA E3, E4). */
+ * operation arrive intact and in order (docs/design.md, contract items 1-4;
+ * docs/errata.md E3, E4). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,7 +219,7 @@ out:
 }
 
 /* A log ring: writes of varying size at increasing offsets; the receiver
- * finds each entry where per-connection order says it must be (DESIGN's
+ * finds each entry where per-connection order says it must be (docs/design.md's
  * "what the receiver does not get": no address in the event). */
 static void t_ring_offsets(const char *uri)
 {

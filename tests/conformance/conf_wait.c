@@ -1,4 +1,4 @@
-/* Waiting loses no wake-up (contract item 7, ERRATA E6): a sender posts at
+/* Waiting loses no wake-up (contract item 5, docs/errata.md E6): a sender posts at
  * random moments with pauses; the receiver sleeps in WIMM_WAIT_BLOCK /
  * ADAPTIVE, or in poll(2)/epoll on wimm_ctx_fd. A lost wake-up shows as an
  * event that sat undelivered across a sender pause, i.e. a large latency. */

@@ -1,4 +1,4 @@
-/* ERRATA E1 + E5 through the wimm API on a real verbs device: a flood of
+/* docs/errata.md E1 + E5 through the wimm API on a real verbs device: a flood of
  * doorbells into a small, slow receive window causes no RNR and no CQ
  * error, and loses, duplicates or reorders nothing.
  *

@@ -1,4 +1,4 @@
-/* ERRATA E1-E5 on the real kernel RDMA stack, with raw libibverbs.
+/* docs/errata.md E1-E5 on the real kernel RDMA stack, with raw libibverbs.
  *
  *   errata_rnr [DEVICE]      (default: WIMM_SOFTROCE_DEVICE or rxe0)
  *

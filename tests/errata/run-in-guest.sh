@@ -1,7 +1,8 @@
 #!/bin/sh
 # Inside the Soft-RoCE guest, run in sequence: the conformance suite on
-# verbs:rxe0, errata_rnr (raw verbs), errata_flood (the library) and
-# `wimm doctor` (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire).
+# verbs:rxe0, errata_rnr (raw verbs), errata_flood (the library), `wimm doctor`
+# (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire) and the Python
+# package's pytest suite.
 #
 #   tests/softroce/run tests/errata/run-in-guest.sh BUILD_DIR
 #
@@ -63,6 +64,14 @@ step conformance "$build/tests/conformance/wimm_conformance" "verbs:$dev"
 step errata_rnr "$build/tests/errata/errata_rnr" "$dev"
 step errata_flood "$build/tests/errata/errata_flood" "verbs:$dev"
 step doctor "$(dirname "$0")/../doctor/doctor-in-guest.sh" "$build"
+
+# The Python package's suite on the same device (its conftest prints the
+# "N passed, N failed" line); the library is the build's.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+WIMM_LIBRARY="$build/libwimm.so" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
+export WIMM_LIBRARY PYTHONPATH PYTHONDONTWRITEBYTECODE
+step python /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/python/tests" \
+	--fabric "verbs:$dev"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
