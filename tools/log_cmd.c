@@ -19,7 +19,8 @@ static void log_usage(FILE *f)
 	      "                      [--ring BYTES] [--max-conns N] [--segment BYTES]\n"
 	      "       wimm log append HOST[:PORT] [-f FABRIC] [--port P] [--id ID]\n"
 	      "                      [--first-seq N] [--gen N --size S|MIN-MAX] [--visible]\n"
-	      "                      [--reconnect] [--progress K]   (stdin lines without --gen)\n"
+	      "                      [--reconnect] [--progress K] [--inband-hello]\n"
+	      "                      (stdin lines without --gen)\n"
 	      "       wimm log tail HOST[:PORT] --from POS [--count N] [-f FABRIC] [--port P]\n"
 	      "       wimm log stat HOST[:PORT] [-f FABRIC] [--port P]\n"
 	      "       wimm log bench [-f FABRIC] [-n ITERS] [--rounds R] [--spin]\n"
@@ -29,7 +30,8 @@ static void log_usage(FILE *f)
 	      "append  one entry per stdin line, or N generated entries of S bytes (or a\n"
 	      "        random size in MIN-MAX); waits until every entry is durable (--visible:\n"
 	      "        visible); --reconnect resumes after a server restart; --progress K\n"
-	      "        prints 'durable SEQ' every K entries\n"
+	      "        prints 'durable SEQ' every K entries; --inband-hello says hello with\n"
+	      "        the first doorbell, as on verbs (no private data)\n"
 	      "tail    one line per entry: position, length, CRC32C, writer:seq, the text if\n"
 	      "        printable; follows the log until --count entries were printed\n"
 	      "stat    what the server holds and did\n"
@@ -146,7 +148,7 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 struct append_opts {
 	uint64_t id, first_seq, gen;
 	size_t min, max;
-	int visible, reconnect;
+	int visible, reconnect, inband;
 	uint64_t progress;
 };
 
@@ -206,6 +208,7 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 	struct wimm_log_writer_attr a = {.id = o->id,
 					 .first_seq = o->first_seq,
 					 .timeout_ms = 15000,
+					 .flags = o->inband ? WIMM_LOG_WRITER_INBAND_HELLO : 0,
 					 .log = say_stderr,
 					 .log_arg = "append"};
 	int rc = wimm_log_writer_open(ctx, addr, &a, &w);
@@ -361,7 +364,7 @@ static int cmd_stat(const char *fabric, const char *addr)
 int log_main(int argc, char **argv)
 {
 	enum { O_DIR = 256, O_PORT, O_HOST, O_RING, O_CONNS, O_SEG, O_ID, O_FIRST, O_GEN,
-	       O_SIZE, O_VISIBLE, O_RECONNECT, O_PROGRESS, O_FROM, O_COUNT };
+	       O_SIZE, O_VISIBLE, O_RECONNECT, O_PROGRESS, O_FROM, O_COUNT, O_INBAND };
 	static const struct option opts[] = {
 	    {"dir", 1, NULL, O_DIR},	       {"port", 1, NULL, O_PORT},
 	    {"host", 1, NULL, O_HOST},	       {"ring", 1, NULL, O_RING},
@@ -371,6 +374,7 @@ int log_main(int argc, char **argv)
 	    {"visible", 0, NULL, O_VISIBLE},   {"reconnect", 0, NULL, O_RECONNECT},
 	    {"progress", 1, NULL, O_PROGRESS}, {"from", 1, NULL, O_FROM},
 	    {"count", 1, NULL, O_COUNT},       {"help", 0, NULL, 'h'},
+	    {"inband-hello", 0, NULL, O_INBAND},
 	    {NULL, 0, NULL, 0}};
 	if (argc < 2) {
 		log_usage(stderr);
@@ -445,6 +449,9 @@ int log_main(int argc, char **argv)
 			break;
 		case O_PROGRESS:
 			ao.progress = parse_num(optarg, "--progress");
+			break;
+		case O_INBAND:
+			ao.inband = 1;
 			break;
 		case O_FROM:
 			from = parse_num(optarg, "--from");

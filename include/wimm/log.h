@@ -149,6 +149,10 @@ enum wimm_log_writer_flags {
 	/* Announce each entry with a plain write plus a separate send (two
 	 * operations), the article's baseline: for benchmarks only. */
 	WIMM_LOG_WRITER_SEND_NOTICE = 1u << 0,
+	/* Say hello with the first doorbell rather than in the connect's
+	 * private data, as on fabrics without private data (verbs): for
+	 * tests of that path. */
+	WIMM_LOG_WRITER_INBAND_HELLO = 1u << 1,
 };
 
 struct wimm_log_writer_attr {

@@ -143,7 +143,7 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 		return rc;
 	w->max_msg = lim.max_msg;
 	log_hello_encode(hb, &h);
-	int inband = lim.private_max < LOG_HELLO_LEN;
+	int inband = lim.private_max < LOG_HELLO_LEN || (w->attr.flags & WIMM_LOG_WRITER_INBAND_HELLO);
 	struct wimm_conn_attr a = {.window = w->win_mr,
 				   .rx_depth = RX_DEPTH,
 				   .private_data = inband ? NULL : hb,
@@ -209,7 +209,7 @@ int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 	rc = wimm_ctx_limits(ctx, &lim);
 	if (rc)
 		goto fail;
-	if (lim.private_max < LOG_HELLO_LEN) {
+	if (lim.private_max < LOG_HELLO_LEN || (attr->flags & WIMM_LOG_WRITER_INBAND_HELLO)) {
 		w->mirror = calloc(1, LOG_HELLO_LEN);
 		if (!w->mirror)
 			goto nomem;
@@ -374,37 +374,25 @@ int wimm_log_writer_reconnect(struct wimm_log_writer *w)
 	if (rc)
 		return rc;
 	/* Everything not durable goes again, in order; the server drops what
-	 * it already holds. */
+	 * it already holds. Acknowledgements taken meanwhile may retire
+	 * entries from the front: walk by sequence, not by index. */
 	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
-	for (size_t i = 0; i < w->qlen; i++) {
-		struct pend e = *q_at(w, i);
-		for (;;) {
-			rc = post_entry(w, &e);
-			if (rc != WIMM_E_AGAIN)
-				break;
+	for (uint64_t seq = first; seq < w->next_seq; seq++) {
+		if (!w->qlen || seq < w->q[w->qhead].seq)
+			continue;
+		struct pend e = *q_at(w, (size_t)(seq - w->q[w->qhead].seq));
+		while ((rc = post_entry(w, &e)) == WIMM_E_AGAIN) {
 			if (log_now_ms() > deadline)
 				return WIMM_E_TIMEDOUT;
-			/* Acks may pop entries: keep going from where we are. */
-			struct wimm_event ev[16];
-			int n = wimm_poll(w->ctx, ev, 16);
-			if (n < 0)
-				return n;
-			for (int j = 0; j < n; j++)
-				if (ev[j].type == WIMM_EV_DISCONNECT)
-					return WIMM_E_DISCONNECTED;
-			/* Durable acks are taken after the resend. */
-			for (int j = 0; j < n; j++)
-				if (ev[j].type == WIMM_EV_WRITE_IMM) {
-					uint32_t f[2];
-					wimm_imm_unpack(log_layout_out(), ev[j].imm, f);
-					if (f[0] == LOG_K_ERROR)
-						take_events(w, &ev[j], 1);
-				}
-			if (w->broken)
-				return w->broken;
+			rc = pump(w, 0);
+			if (rc || w->broken)
+				return rc ? rc : w->broken;
 		}
-		if (rc)
+		if (rc) {
+			if (rc == WIMM_E_DISCONNECTED)
+				w->broken = rc;
 			return rc;
+		}
 		w->resent++;
 	}
 	set_durable(w, w->resume_seq < w->next_seq ? w->resume_seq : w->next_seq - 1);
