@@ -68,7 +68,8 @@ static void rm_dir(const char *dir)
 static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
 {
 	struct wimm_ctx *ctx;
-	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0, .flags = spin ? WIMM_CTX_POLLING : 0};
+	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0,
+				  .flags = spin ? WIMM_CTX_POLLING : 0};
 	int rc = wimm_ctx_open(fabric, &a, &ctx);
 	if (rc)
 		cli_fail(NULL, rc, "log bench: open fabric %s", fabric);
@@ -134,10 +135,11 @@ int log_bench_main(int argc, char **argv)
 		else if (c == 's')
 			spin = 1;
 		else {
-			fputs("usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
-			      " [--durable-iters N] [--spin]\n"
-			      "  --spin  server and writers poll instead of sleeping (a core each)\n",
-			      c == 'h' ? stdout : stderr);
+			fputs(
+			    "usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
+			    " [--durable-iters N] [--spin]\n"
+			    "  --spin  server and writers poll instead of sleeping (a core each)\n",
+			    c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -173,8 +175,8 @@ int log_bench_main(int argc, char **argv)
 	struct wimm_log_writer *w[2];
 	for (int m = 0; m < 2; m++) {
 		ctx[m] = bench_ctx(fabric, spin);
-		struct wimm_log_writer_attr a = {
-		    .id = 0xbe0c0 + (uint64_t)m, .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
+		struct wimm_log_writer_attr a = {.id = 0xbe0c0 + (uint64_t)m,
+						 .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
 		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);
 		if (rc)
 			cli_fail(ctx[m], rc, "log bench: writer");

@@ -199,8 +199,6 @@ static int wait_all(struct wimm_log_writer *w, const struct append_opts *o, uint
 
 static int cmd_append(const char *fabric, const char *addr, struct append_opts *o)
 {
-	char errbuf[8];
-	(void)errbuf;
 	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
 	struct wimm_log_writer *w = NULL;
 	if (!o->id)
@@ -317,8 +315,8 @@ static int cmd_tail(const char *fabric, const char *addr, uint64_t from, uint64_
 		cli_fail(ctx, rc, "log tail: connect to %s", addr);
 	while (!count || t.printed < count) {
 		uint64_t left = count ? count - t.printed : 0;
-		int n = wimm_log_read(r, from, left > 1000000 ? 1000000 : (uint32_t)left, print_entry,
-				      &t, 10000);
+		int n = wimm_log_read(r, from, left > 1000000 ? 1000000 : (uint32_t)left,
+				      print_entry, &t, 10000);
 		if (n < 0)
 			cli_fail(ctx, n, "log tail: read from position %llu",
 				 (unsigned long long)from);
@@ -363,19 +361,42 @@ static int cmd_stat(const char *fabric, const char *addr)
 
 int log_main(int argc, char **argv)
 {
-	enum { O_DIR = 256, O_PORT, O_HOST, O_RING, O_CONNS, O_SEG, O_ID, O_FIRST, O_GEN,
-	       O_SIZE, O_VISIBLE, O_RECONNECT, O_PROGRESS, O_FROM, O_COUNT, O_INBAND };
-	static const struct option opts[] = {
-	    {"dir", 1, NULL, O_DIR},	       {"port", 1, NULL, O_PORT},
-	    {"host", 1, NULL, O_HOST},	       {"ring", 1, NULL, O_RING},
-	    {"max-conns", 1, NULL, O_CONNS},   {"segment", 1, NULL, O_SEG},
-	    {"id", 1, NULL, O_ID},	       {"first-seq", 1, NULL, O_FIRST},
-	    {"gen", 1, NULL, O_GEN},	       {"size", 1, NULL, O_SIZE},
-	    {"visible", 0, NULL, O_VISIBLE},   {"reconnect", 0, NULL, O_RECONNECT},
-	    {"progress", 1, NULL, O_PROGRESS}, {"from", 1, NULL, O_FROM},
-	    {"count", 1, NULL, O_COUNT},       {"help", 0, NULL, 'h'},
-	    {"inband-hello", 0, NULL, O_INBAND},
-	    {NULL, 0, NULL, 0}};
+	enum {
+		O_DIR = 256,
+		O_PORT,
+		O_HOST,
+		O_RING,
+		O_CONNS,
+		O_SEG,
+		O_ID,
+		O_FIRST,
+		O_GEN,
+		O_SIZE,
+		O_VISIBLE,
+		O_RECONNECT,
+		O_PROGRESS,
+		O_FROM,
+		O_COUNT,
+		O_INBAND
+	};
+	static const struct option opts[] = {{"dir", 1, NULL, O_DIR},
+					     {"port", 1, NULL, O_PORT},
+					     {"host", 1, NULL, O_HOST},
+					     {"ring", 1, NULL, O_RING},
+					     {"max-conns", 1, NULL, O_CONNS},
+					     {"segment", 1, NULL, O_SEG},
+					     {"id", 1, NULL, O_ID},
+					     {"first-seq", 1, NULL, O_FIRST},
+					     {"gen", 1, NULL, O_GEN},
+					     {"size", 1, NULL, O_SIZE},
+					     {"visible", 0, NULL, O_VISIBLE},
+					     {"reconnect", 0, NULL, O_RECONNECT},
+					     {"progress", 1, NULL, O_PROGRESS},
+					     {"from", 1, NULL, O_FROM},
+					     {"count", 1, NULL, O_COUNT},
+					     {"help", 0, NULL, 'h'},
+					     {"inband-hello", 0, NULL, O_INBAND},
+					     {NULL, 0, NULL, 0}};
 	if (argc < 2) {
 		log_usage(stderr);
 		return 2;

@@ -120,20 +120,20 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms);
 
 /* What the log holds and what the server did. */
 struct wimm_log_stat {
-	uint64_t entries;	  /* next position: entries in the log */
-	uint64_t bytes;		  /* payload bytes in the log */
-	uint64_t durable;	  /* entries [0, durable) are fsynced */
-	uint64_t recovered;	  /* entries found at open */
-	uint64_t torn_bytes;	  /* bytes of a torn tail cut at open */
-	uint64_t segments;	  /* segment files */
-	uint64_t fsyncs;	  /* group commits */
-	uint64_t duplicates;	  /* entries dropped: already in the log */
-	uint64_t writers;	  /* writers connected now */
-	uint64_t readers;	  /* readers connected now */
-	uint64_t writers_known;	  /* distinct writer ids in the log */
-	uint64_t refused;	  /* connections refused or dropped for bad input */
-	uint32_t ring_size;	  /* bytes of each writer's ring */
-	uint32_t max_conns;	  /* connections served at once */
+	uint64_t entries;	/* next position: entries in the log */
+	uint64_t bytes;		/* payload bytes in the log */
+	uint64_t durable;	/* entries [0, durable) are fsynced */
+	uint64_t recovered;	/* entries found at open */
+	uint64_t torn_bytes;	/* bytes of a torn tail cut at open */
+	uint64_t segments;	/* segment files */
+	uint64_t fsyncs;	/* group commits */
+	uint64_t duplicates;	/* entries dropped: already in the log */
+	uint64_t writers;	/* writers connected now */
+	uint64_t readers;	/* readers connected now */
+	uint64_t writers_known; /* distinct writer ids in the log */
+	uint64_t refused;	/* connections refused or dropped for bad input */
+	uint32_t ring_size;	/* bytes of each writer's ring */
+	uint32_t max_conns;	/* connections served at once */
 };
 int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out);
 
@@ -208,8 +208,7 @@ enum wimm_log_ack {
 /* Wait up to timeout_ms (-1 forever, 0 poll) until entry seq (and every
  * one before it) is acknowledged at level. Errors: INVAL (seq not yet
  * appended), TIMEDOUT, DISCONNECTED, PROTO. */
-int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level,
-		  int timeout_ms);
+int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level, int timeout_ms);
 
 /* Take the acknowledgements that arrived, without waiting. */
 int wimm_log_writer_poll(struct wimm_log_writer *w);

@@ -151,12 +151,14 @@ static int proc_wait(struct proc *p, int timeout_ms)
 			kill(p->pid, SIGKILL);
 			waitpid(p->pid, &p->status, 0);
 			proc_drain(p);
-			fprintf(stderr, "process %d timed out; stderr:\n%s\n", (int)p->pid, p->errtext);
+			fprintf(stderr, "process %d timed out; stderr:\n%s\n", (int)p->pid,
+				p->errtext);
 			close(p->out);
 			close(p->err);
 			return -1;
 		}
-		struct pollfd pf[2] = {{.fd = p->out, .events = POLLIN}, {.fd = p->err, .events = POLLIN}};
+		struct pollfd pf[2] = {{.fd = p->out, .events = POLLIN},
+				       {.fd = p->err, .events = POLLIN}};
 		poll(pf, 2, 20);
 	}
 }
@@ -165,8 +167,9 @@ static int server_start(struct proc *p, int port, const char *extra1, const char
 {
 	char portbuf[16];
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	char *argv[] = {(char *)wimm_bin, "log", "serve", "--dir", dir, "-f", (char *)fabric,
-			"--host", "127.0.0.1", "--port", portbuf, (char *)extra1, (char *)extra2, NULL};
+	char *argv[] = {(char *)wimm_bin, "log",    "serve",	 "--dir",  dir,	    "-f",
+			(char *)fabric,	  "--host", "127.0.0.1", "--port", portbuf, (char *)extra1,
+			(char *)extra2,	  NULL};
 	if (spawn(p, argv))
 		return -1;
 	const char *l = proc_line(p, 15000);
@@ -189,9 +192,10 @@ static int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
 	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
-	char *argv[] = {(char *)wimm_bin, "log", "append", addr, "-f", (char *)fabric, "--id", idb,
-			"--gen", nb, "--size", (char *)size, "--reconnect", "--progress", "50",
-			(char *)extra, NULL};
+	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
+			(char *)fabric,	  "--id",	idb,	       "--gen",	     nb,
+			"--size",	  (char *)size, "--reconnect", "--progress", "50",
+			(char *)extra,	  NULL};
 	return spawn(p, argv);
 }
 
@@ -327,7 +331,8 @@ static int test_crash(void)
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
 	for (int i = 0; i < NW; i++)
-		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0, "spawn");
+		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0,
+		      "spawn");
 	/* Mid-stream: every writer has something durable. */
 	int64_t end = now_ms() + 30000;
 	for (int i = 0; i < NW; i++)
@@ -431,8 +436,8 @@ static int run(struct proc *p, char *const argv[])
 static int expect_serve_error(const char *d, const char *needle)
 {
 	struct proc p;
-	char *argv[] = {(char *)wimm_bin, "log", "serve", "--dir", (char *)d, "-f", (char *)fabric,
-			"--port", "0", NULL};
+	char *argv[] = {(char *)wimm_bin, "log",    "serve", "--dir", (char *)d, "-f",
+			(char *)fabric,	  "--port", "0",     NULL};
 	int st = run(&p, argv);
 	CHECK(st == 2 && strstr(p.errtext, needle), "serve --dir %s: status %d, stderr: %s", d, st,
 	      p.errtext);
@@ -488,36 +493,40 @@ static int test_bad_input(void)
 	char addr[64];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	/* The hello as the first doorbell, as verbs (no private data) does. */
-	char *ok[] = {(char *)wimm_bin, "log", "append", addr, "-f", (char *)fabric, "--id", "5",
-		      "--gen", "3", "--size", "100", "--inband-hello", NULL};
+	char *ok[] = {(char *)wimm_bin, "log", "append", addr, "-f",	 (char *)fabric,
+		      "--id",		"5",   "--gen",	 "3",  "--size", "100",
+		      "--inband-hello", NULL};
 	CHECK(run(&p, ok) == 0, "append: %s", p.errtext);
-	char *big[] = {(char *)wimm_bin, "log", "append", addr, "-f", (char *)fabric, "--id", "6",
-		       "--gen", "1", "--size", "70000", NULL};
+	char *big[] = {(char *)wimm_bin, "log",	  "append", addr,    "-f",
+		       (char *)fabric,	 "--id",  "6",	    "--gen", "1",
+		       "--size",	 "70000", NULL};
 	int st = run(&p, big);
 	CHECK(st == 2 && strstr(p.errtext, "larger than the ring"), "big entry: %d: %s", st,
 	      p.errtext);
-	char *gap[] = {(char *)wimm_bin, "log", "append", addr, "-f", (char *)fabric, "--id", "5",
-		       "--first-seq", "10", "--gen", "1", "--size", "100", NULL};
+	char *gap[] = {(char *)wimm_bin, "log",	 "append", addr,	  "-f",
+		       (char *)fabric,	 "--id", "5",	   "--first-seq", "10",
+		       "--gen",		 "1",	 "--size", "100",	  NULL};
 	st = run(&p, gap);
 	CHECK(st == 2 && strstr(p.errtext, "sequence gap"), "gap: %d: %s", st, p.errtext);
 	/* Nothing lost: writer 5 still holds 1..3, and goes on at 4. */
-	char *more[] = {(char *)wimm_bin, "log", "append", addr, "-f", (char *)fabric, "--id", "5",
-			"--gen", "2", "--size", "100", NULL};
+	char *more[] = {(char *)wimm_bin, "log", "append", addr,  "-f", (char *)fabric, "--id", "5",
+			"--gen",	  "2",	 "--size", "100", NULL};
 	CHECK(run(&p, more) == 0 && strstr(p.line, "") != NULL, "append after the gap: %s",
 	      p.errtext);
 	struct verify *v = calloc(1, sizeof(*v));
 	v->min = v->max = 100;
 	int rc = verify_log(port, v);
 	if (!rc && (v->total != 5 || v->next_seq[5] != 5)) {
-		fprintf(stderr, "FAIL: after bad input the log holds %llu entries (writer 5: %llu)\n",
+		fprintf(stderr,
+			"FAIL: after bad input the log holds %llu entries (writer 5: %llu)\n",
 			(unsigned long long)v->total, (unsigned long long)v->next_seq[5]);
 		failures++;
 		rc = -1;
 	}
 	free(v);
 	/* tail prints position, length, CRC32C, writer:seq and the text. */
-	char *tail[] = {(char *)wimm_bin, "log", "tail", addr, "-f", (char *)fabric, "--from", "4",
-			"--count", "1", NULL};
+	char *tail[] = {(char *)wimm_bin, "log", "tail",    addr, "-f", (char *)fabric,
+			"--from",	  "4",	 "--count", "1",  NULL};
 	CHECK(spawn(&p, tail) == 0, "spawn");
 	const char *l = proc_line(&p, 10000);
 	char want[160];
@@ -544,8 +553,8 @@ int main(int argc, char **argv)
 	wimm_bin = argv[1];
 	fabric = argv[2];
 	signal(SIGPIPE, SIG_IGN);
-	snprintf(dir, sizeof(dir), "%s/wimm-log-test-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-		 (int)getpid());
+	snprintf(dir, sizeof(dir), "%s/wimm-log-test-%d",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	rm_dir(dir);
 	int rc;
 	if (!strcmp(argv[3], "concurrent"))

@@ -57,13 +57,13 @@ struct log_resume {
 };
 
 enum log_err_code {
-	LOG_ERR_GAP = 1,      /* a: the log's last seq, b: the seq sent */
-	LOG_ERR_CRC = 2,      /* a: seq */
-	LOG_ERR_BOUNDS = 3,   /* a: offset, b: length */
-	LOG_ERR_PROTO = 4,    /* a malformed hello or request */
-	LOG_ERR_TAKEN = 5,    /* another connection of the same id took over */
-	LOG_ERR_TOOBIG = 6,   /* reader: an entry larger than its window (a: bytes) */
-	LOG_ERR_STORE = 7,    /* the server cannot write its segment file */
+	LOG_ERR_GAP = 1,    /* a: the log's last seq, b: the seq sent */
+	LOG_ERR_CRC = 2,    /* a: seq */
+	LOG_ERR_BOUNDS = 3, /* a: offset, b: length */
+	LOG_ERR_PROTO = 4,  /* a malformed hello or request */
+	LOG_ERR_TAKEN = 5,  /* another connection of the same id took over */
+	LOG_ERR_TOOBIG = 6, /* reader: an entry larger than its window (a: bytes) */
+	LOG_ERR_STORE = 7,  /* the server cannot write its segment file */
 };
 struct log_error {
 	uint32_t code;

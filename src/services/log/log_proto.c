@@ -1,7 +1,6 @@
 /* The wire formats of the log service: CRC32C, little-endian encodings of
  * the hello, resume, error, request, record and statistics, the two imm
  * layouts, and small helpers shared by server, writer and reader. */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <threads.h>
@@ -174,9 +173,9 @@ int log_rec_decode(const unsigned char *p, struct log_rec *r)
 
 void log_stat_encode(unsigned char *p, const struct wimm_log_stat *s)
 {
-	const uint64_t v[] = {s->entries,  s->bytes,	  s->durable,	s->recovered,
-			      s->torn_bytes, s->segments, s->fsyncs,	s->duplicates,
-			      s->writers,  s->readers,	  s->writers_known, s->refused};
+	const uint64_t v[] = {s->entries,    s->bytes,	  s->durable,	    s->recovered,
+			      s->torn_bytes, s->segments, s->fsyncs,	    s->duplicates,
+			      s->writers,    s->readers,  s->writers_known, s->refused};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		log_put64(p + 8 * i, v[i]);
 	log_put32(p + 96, s->ring_size);
@@ -186,9 +185,9 @@ void log_stat_encode(unsigned char *p, const struct wimm_log_stat *s)
 
 void log_stat_decode(const unsigned char *p, struct wimm_log_stat *s)
 {
-	uint64_t *v[] = {&s->entries,  &s->bytes,   &s->durable,	&s->recovered,
-			 &s->torn_bytes, &s->segments, &s->fsyncs,	&s->duplicates,
-			 &s->writers,  &s->readers, &s->writers_known, &s->refused};
+	uint64_t *v[] = {&s->entries,	 &s->bytes,    &s->durable,	  &s->recovered,
+			 &s->torn_bytes, &s->segments, &s->fsyncs,	  &s->duplicates,
+			 &s->writers,	 &s->readers,  &s->writers_known, &s->refused};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		*v[i] = log_get64(p + 8 * i);
 	s->ring_size = log_get32(p + 96);
@@ -283,8 +282,8 @@ int log_connect_retry(struct wimm_ctx *ctx, const char *addr, const struct wimm_
 		if (left <= 0)
 			return WIMM_E_TIMEDOUT;
 		int rc = wimm_connect(ctx, addr, attr, (int)(left < 2000 ? left : 2000), out);
-		if (rc != WIMM_E_UNREACHABLE && rc != WIMM_E_TIMEDOUT && rc != WIMM_E_DISCONNECTED &&
-		    rc != WIMM_E_AGAIN)
+		if (rc != WIMM_E_UNREACHABLE && rc != WIMM_E_TIMEDOUT &&
+		    rc != WIMM_E_DISCONNECTED && rc != WIMM_E_AGAIN)
 			return rc;
 		if (deadline_ms - log_now_ms() <= 0)
 			return rc;

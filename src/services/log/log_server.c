@@ -67,8 +67,8 @@ struct wimm_log_server {
 	int syncer_up;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int sync_fd;	     /* to fdatasync; -1: idle */
-	int sync_busy;	     /* handed over, not yet taken back */
+	int sync_fd;	      /* to fdatasync; -1: idle */
+	int sync_busy;	      /* handed over, not yet taken back */
 	atomic_int sync_done; /* 1: finished, sync_err says how */
 	int sync_err, quit;
 	int efd, epfd;
@@ -124,20 +124,21 @@ static void refuse(struct sconn *k, uint32_t code, uint64_t a, uint64_t b)
 	struct log_error e = {.code = code, .a = a, .b = b};
 	char text[200];
 	log_error_text(&e, text, sizeof(text));
-	say(k->s, WIMM_LOG_WARN, "connection %d (%s%s): %s", k->slot,
-	    k->role == LOG_ROLE_READER ? "reader" : "writer",
-	    k->role == LOG_ROLE_WRITER ? "" : "", text);
+	say(k->s, WIMM_LOG_WARN, "connection %d (%s): %s", k->slot,
+	    k->role == LOG_ROLE_READER ? "reader" : "writer", text);
 	k->s->refused++;
 	log_error_encode(ctl_of(k) + LOG_ERROR_OFF, &e);
 	if (k->established)
-		wimm_write_imm(k->c, k->s->ctl_mr, (size_t)k->slot * LOG_CLIENT_WINDOW + LOG_ERROR_OFF,
-			       LOG_ERROR_OFF, 32, log_imm_out(LOG_K_ERROR, code), 0);
+		wimm_write_imm(k->c, k->s->ctl_mr,
+			       (size_t)k->slot * LOG_CLIENT_WINDOW + LOG_ERROR_OFF, LOG_ERROR_OFF,
+			       32, log_imm_out(LOG_K_ERROR, code), 0);
 	k->drop = 1;
 }
 
 static void post_resume(struct sconn *k, uint64_t last)
 {
-	struct log_resume r = {.last_seq = last, .ring_size = k->s->ring_size, .version = LOG_VERSION};
+	struct log_resume r = {
+	    .last_seq = last, .ring_size = k->s->ring_size, .version = LOG_VERSION};
 	log_resume_encode(ctl_of(k) + LOG_RESUME_OFF, &r);
 	int rc = wimm_write_imm(k->c, k->s->ctl_mr, (size_t)k->slot * LOG_CLIENT_WINDOW, 0, 32,
 				log_imm_out(LOG_K_RESUME, 0), WIMM_F_WAIT);
@@ -163,8 +164,8 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 		k->role = LOG_ROLE_READER;
 		s->readers++;
 		wimm_conn_info(k->c, &ci);
-		k->stage_len = ci.peer_window_len < READER_STAGE_MAX ? ci.peer_window_len
-								      : READER_STAGE_MAX;
+		k->stage_len =
+		    ci.peer_window_len < READER_STAGE_MAX ? ci.peer_window_len : READER_STAGE_MAX;
 		k->stage = malloc(k->stage_len ? k->stage_len : 1);
 		if (!k->stage || k->stage_len < LOG_STAT_LEN ||
 		    wimm_mr_reg(s->ctx, k->stage, k->stage_len, WIMM_LOCAL, &k->stage_mr)) {
@@ -372,7 +373,8 @@ static void send_acks(struct wimm_log_server *s)
 		if (!k || !k->established || k->drop)
 			continue;
 		if (k->role == LOG_ROLE_READER && k->reply_due) {
-			int rc = wimm_write_imm(k->c, k->stage_mr, 0, 0, k->reply_len, k->reply_imm, 0);
+			int rc =
+			    wimm_write_imm(k->c, k->stage_mr, 0, 0, k->reply_len, k->reply_imm, 0);
 			if (rc == 0)
 				k->reply_due = 0;
 			else if (rc != WIMM_E_AGAIN)

@@ -200,7 +200,7 @@ static int list_segments(struct log_store *st)
 		    (struct seg){.no = strtoull(e->d_name, NULL, 16), .first_pos = 0, .fd = -1};
 	}
 	closedir(d);
-	if (!rc)
+	if (!rc && st->nsegs > 1)
 		qsort(st->segs, st->nsegs, sizeof(*st->segs), cmp_seg);
 	return rc;
 }
@@ -306,7 +306,8 @@ static int new_segment(struct log_store *st)
 			close(fd);
 		return WIMM_E_PERM;
 	}
-	st->segs[st->nsegs++] = (struct seg){.no = no, .first_pos = st->entries, .size = SEG_HDR, .fd = fd};
+	st->segs[st->nsegs++] =
+	    (struct seg){.no = no, .first_pos = st->entries, .size = SEG_HDR, .fd = fd};
 	return 0;
 }
 
@@ -318,7 +319,8 @@ static int recover(struct log_store *st)
 		rc = scan_segment(st, i, &end);
 		if (!rc && end != st->segs[i].size && i + 1 < st->nsegs) {
 			say(st, WIMM_LOG_ERROR,
-			    "segment %016llx%s in %s is truncated or corrupt at offset %llu of %llu "
+			    "segment %016llx%s in %s is truncated or corrupt at offset %llu of "
+			    "%llu "
 			    "while later segments follow: refusing to guess",
 			    (unsigned long long)st->segs[i].no, SEG_SUFFIX, st->dir,
 			    (unsigned long long)end, (unsigned long long)st->segs[i].size);
@@ -509,7 +511,8 @@ int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const 
 	size_t need = LOG_REC_HDR + (size_t)len;
 	struct seg *s = &st->segs[st->nsegs - 1];
 	int rc;
-	if (s->size + st->stage_len + need > st->segment_bytes && s->size + st->stage_len > SEG_HDR) {
+	if (s->size + st->stage_len + need > st->segment_bytes &&
+	    s->size + st->stage_len > SEG_HDR) {
 		/* Roll: the full segment is fsynced before the next begins. */
 		rc = log_store_sync(st);
 		if (!rc && fsync(s->fd))

@@ -31,8 +31,8 @@ struct wimm_log_writer {
 	uint32_t tail, used;
 	struct pend *q; /* entries not yet durable, oldest first (circular) */
 	size_t qhead, qlen, qcap;
-	int broken;	 /* 0, or why the connection is unusable */
-	int resumed;	 /* RESUME seen on this connection */
+	int broken;  /* 0, or why the connection is unusable */
+	int resumed; /* RESUME seen on this connection */
 	uint64_t resume_seq;
 	char err[200];
 };
@@ -135,15 +135,18 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 {
 	struct wimm_fabric_limits lim;
 	unsigned char hb[LOG_HELLO_LEN];
-	struct log_hello h = {
-	    .role = LOG_ROLE_WRITER, .id = w->attr.id, .first_seq = first_seq, .start_off = start_off};
+	struct log_hello h = {.role = LOG_ROLE_WRITER,
+			      .id = w->attr.id,
+			      .first_seq = first_seq,
+			      .start_off = start_off};
 	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
 	int rc = wimm_ctx_limits(w->ctx, &lim);
 	if (rc)
 		return rc;
 	w->max_msg = lim.max_msg;
 	log_hello_encode(hb, &h);
-	int inband = lim.private_max < LOG_HELLO_LEN || (w->attr.flags & WIMM_LOG_WRITER_INBAND_HELLO);
+	int inband =
+	    lim.private_max < LOG_HELLO_LEN || (w->attr.flags & WIMM_LOG_WRITER_INBAND_HELLO);
 	struct wimm_conn_attr a = {.window = w->win_mr,
 				   .rx_depth = RX_DEPTH,
 				   .private_data = inband ? NULL : hb,
@@ -288,8 +291,8 @@ int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, uns
 	if (len)
 		memcpy(p + hdr, data, len);
 	log_put32(p + hdr + len, wimm_log_crc32c(0, data, len));
-	struct pend e = {.seq = w->next_seq, .off = off, .wire = (uint32_t)wire,
-			 .foot = (uint32_t)(pad + wire)};
+	struct pend e = {
+	    .seq = w->next_seq, .off = off, .wire = (uint32_t)wire, .foot = (uint32_t)(pad + wire)};
 	uint32_t v[3] = {hdr ? 0 : (uint32_t)wire, (uint32_t)(e.seq & LOG_SEQ_MASK),
 			 (pad ? LOG_F_WRAP : 0) | (hdr ? LOG_F_LONG : 0)};
 	/* A wrap with nothing left over: still say so, the server's tail is
@@ -325,8 +328,7 @@ int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, uns
 	return 0;
 }
 
-int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level,
-		  int timeout_ms)
+int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level, int timeout_ms)
 {
 	if (!w || seq >= w->next_seq || (level != WIMM_LOG_VISIBLE && level != WIMM_LOG_DURABLE))
 		return WIMM_E_INVAL;
@@ -413,7 +415,8 @@ int wimm_log_writer_close(struct wimm_log_writer **pw, int timeout_ms)
 	if (w->conn && timeout_ms != 0 && w->next_seq > 1 && w->durable < w->next_seq - 1)
 		rc = wimm_log_wait(w, w->next_seq - 1, WIMM_LOG_DURABLE, timeout_ms);
 	if (w->conn) {
-		int crc = w->broken ? (wimm_conn_delete(&w->conn), 0) : wimm_conn_close(&w->conn, 1000);
+		int crc =
+		    w->broken ? (wimm_conn_delete(&w->conn), 0) : wimm_conn_close(&w->conn, 1000);
 		if (!rc && crc == WIMM_E_DISCONNECTED)
 			rc = crc;
 	}
