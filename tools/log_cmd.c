@@ -89,6 +89,35 @@ static void say_stderr(void *arg, enum wimm_log_level lvl, const char *msg)
 		fprintf(stderr, "wimm: log %s: %s\n", (const char *)arg, msg);
 }
 
+/* A crash on request, for tests on ofi:shm: libfabric's shm provider takes
+ * a spinlock in the peer's shared region inside its calls, and a process
+ * killed while it holds one leaves the peer spinning for ever (see the
+ * README's known limits). With WIMM_LOG_CRASH_ON_USR1=1 in the environment,
+ * SIGUSR1 makes serve and append SIGKILL themselves between two calls into
+ * the library: as abrupt as a SIGKILL (no flush, no fsync, no close). */
+static volatile sig_atomic_t crash_flag;
+
+static void on_crash(int sig)
+{
+	(void)sig;
+	crash_flag = 1;
+}
+
+static void crash_setup(void)
+{
+	const char *e = getenv("WIMM_LOG_CRASH_ON_USR1");
+	if (e && strcmp(e, "1") == 0) {
+		struct sigaction sa = {.sa_handler = on_crash};
+		sigaction(SIGUSR1, &sa, NULL);
+	}
+}
+
+static void crash_point(void)
+{
+	if (crash_flag)
+		raise(SIGKILL);
+}
+
 /* ---------------------------------------------------------------- serve */
 
 static volatile sig_atomic_t stop_flag;
@@ -127,6 +156,7 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 	       wimm_ctx_fabric(ctx), a->dir, (unsigned long long)st.entries, st.ring_size);
 	fflush(stdout);
 	while (!stop_flag) {
+		crash_point();
 		rc = wimm_log_server_run(s, 100);
 		if (rc < 0 && rc != WIMM_E_AGAIN && rc != WIMM_E_TIMEDOUT) {
 			fprintf(stderr, "wimm: log serve: %s (%s): stopping\n", wimm_strerror(rc),
@@ -245,6 +275,7 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 			if (len && buf[len - 1] == '\n')
 				len--;
 		}
+		crash_point();
 		status = append_one(w, o, buf, len, n, &seq);
 		if (status)
 			break;
@@ -402,6 +433,7 @@ int log_main(int argc, char **argv)
 		return 2;
 	}
 	const char *sub = argv[1];
+	crash_setup();
 	if (!strcmp(sub, "bench"))
 		return log_bench_main(argc - 1, argv + 1);
 	if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {

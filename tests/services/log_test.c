@@ -29,6 +29,10 @@
 #define MAX_PROCS 80
 
 static const char *wimm_bin, *fabric;
+/* How a process is killed mid-stream: SIGKILL, or on ofi:shm SIGUSR1, which
+ * makes it SIGKILL itself between two calls (WIMM_LOG_CRASH_ON_USR1: a shm
+ * peer killed inside a provider call leaves its peers spinning). */
+static int kill_sig = SIGKILL;
 static char dir[256];
 static int failures;
 
@@ -340,8 +344,10 @@ static int test_crash(void)
 			proc_line(&w[i], 50);
 	for (int i = 0; i < NW; i++)
 		CHECK(w[i].durable >= 300, "writer %d reported no progress", i + 1);
-	kill(srv.pid, SIGKILL);
+	kill(srv.pid, kill_sig);
 	proc_wait(&srv, 5000);
+	CHECK(WIFSIGNALED(srv.status) && WTERMSIG(srv.status) == SIGKILL,
+	      "the server was not killed");
 	uint64_t acked = 0;
 	for (int i = 0; i < NW; i++) {
 		while (proc_line(&w[i], 0))
@@ -398,8 +404,9 @@ static int test_writer_kill(void)
 	while (c.durable < 200 && now_ms() < end)
 		proc_line(&c, 50);
 	CHECK(c.durable >= 200, "writer 3 made no progress");
-	kill(c.pid, SIGKILL);
+	kill(c.pid, kill_sig);
 	proc_wait(&c, 5000);
+	CHECK(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL, "writer 3 was not killed");
 	CHECK(writer_start(&c2, port, 3, 500, "1-16384", NULL) == 0, "spawn");
 	int sa = proc_wait(&a, 120000), sb = proc_wait(&b, 120000), sc = proc_wait(&c2, 120000);
 	CHECK(sa == 0 && sb == 0, "the other writers: %d %d: %s %s", sa, sb, a.errtext, b.errtext);
@@ -553,6 +560,10 @@ int main(int argc, char **argv)
 	wimm_bin = argv[1];
 	fabric = argv[2];
 	signal(SIGPIPE, SIG_IGN);
+	if (strstr(fabric, "shm")) {
+		kill_sig = SIGUSR1;
+		setenv("WIMM_LOG_CRASH_ON_USR1", "1", 1);
+	}
 	snprintf(dir, sizeof(dir), "%s/wimm-log-test-%d",
 		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	rm_dir(dir);

@@ -560,6 +560,7 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	 * written before it began returns (group commit). */
 	if (log_store_flush(s->st))
 		s->failed = 1;
+	send_acks(s);
 	group_commit(s);
 	send_acks(s);
 	drop_marked(s);
