@@ -43,7 +43,9 @@ void hw_counters_read(const char *dev, int port, struct hw_counters *c)
 		if (!f)
 			continue;
 		if (fscanf(f, "%lld", &v) == 1) {
-			snprintf(c->name[c->n], sizeof(c->name[0]), "%s", de->d_name);
+			/* Fits: names that do not were skipped above. */
+			size_t len = strlen(de->d_name);
+			memcpy(c->name[c->n], de->d_name, len + 1);
 			c->val[c->n++] = v;
 		}
 		fclose(f);

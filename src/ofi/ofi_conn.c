@@ -1,4 +1,5 @@
-/* libfabric backend: one endpoint + CQ per connection, receive slots, posts. */
+/* libfabric backend: connections (MSG: an endpoint and CQ each; RDM: a
+ * place on a lane, ofi_lane.c), receive slots, posts. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,38 +17,29 @@ static int ofi_conn_alloc_rx(struct ofi_conn *c)
 		return 0;
 	if (posix_memalign((void **)&c->rx_buf, 64, bytes))
 		return WIMM_E_NOMEM;
-	c->slots = calloc(c->rx_depth, sizeof(*c->slots));
-	if (!c->slots) {
-		ret = WIMM_E_NOMEM;
-		goto err_free_buf;
-	}
-	for (uint32_t i = 0; i < c->rx_depth; i++)
-		c->slots[i].buf = c->rx_buf + (size_t)i * c->recv_size;
-	ret = fi_mr_reg(x->domain, c->rx_buf, bytes, FI_RECV, 0, x->prov_key ? 0 : x->next_key++, 0,
-			&c->rx_mr, NULL);
+	ret = ofi_reg(x, c->rx_buf, bytes, FI_RECV, &c->rx_mr);
 	if (ret) {
 		ret = ofi_err(x, ret, "fi_mr_reg (receive slots)");
-		goto err_free_slots;
+		free(c->rx_buf);
+		c->rx_buf = NULL;
+		return ret;
 	}
 	return 0;
-
-err_free_slots:
-	free(c->slots);
-	c->slots = NULL;
-err_free_buf:
-	free(c->rx_buf);
-	c->rx_buf = NULL;
-	return ret;
 }
 
 static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
 {
-	struct ofi_slot *s = &c->slots[pos % c->rx_depth];
-	struct iovec iov = {.iov_base = s->buf, .iov_len = c->recv_size};
+	uint32_t i = (uint32_t)(pos % c->rx_depth);
+	struct iovec iov = {.iov_base = c->rx_buf + (size_t)i * c->recv_size,
+			    .iov_len = c->recv_size};
 	void *desc = fi_mr_desc(c->rx_mr);
-	/* FI_SELECTIVE_COMPLETION on the bind covers receives too: ask. */
-	struct fi_msg m = {
-	    .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = s};
+	/* FI_SELECTIVE_COMPLETION on the bind covers receives too: ask. On a
+	 * lane the slot takes only its own peer's sends. */
+	struct fi_msg m = {.msg_iov = &iov,
+			   .desc = &desc,
+			   .iov_count = 1,
+			   .addr = c->lane ? c->peer : FI_ADDR_UNSPEC,
+			   .context = ofi_cookie(c, 1, i)};
 	ssize_t ret;
 
 	ret = fi_recvmsg(c->ep, &m, FI_COMPLETION);
@@ -58,7 +50,10 @@ static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
 	return ret ? ofi_err(c->ctx, (int)ret, "fi_recvmsg") : 0;
 }
 
-static int ofi_conn_post_slots(struct ofi_conn *c)
+/* Slots are posted before the peer can send: MSG at enable, before the
+ * connection exists; RDM once the peer is in the AV, before it learns our
+ * name (conn_ready). */
+int ofi_conn_post_slots(struct ofi_conn *c)
 {
 	int ret;
 
@@ -69,11 +64,13 @@ static int ofi_conn_post_slots(struct ofi_conn *c)
 		if (ret)
 			return ret;
 	}
+	c->slots_posted = 1;
 	return 0;
 }
 
-/* Endpoint set-up once its fi_info is known: the CQ carries both directions,
- * sends only when asked (FI_SELECTIVE_COMPLETION). */
+/* MSG endpoint set-up once its fi_info is known: its CQ carries both
+ * directions, sends only when asked (FI_SELECTIVE_COMPLETION); CM events go
+ * to the context's one EQ. */
 int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info)
 {
 	struct ofi_ctx *x = c->ctx;
@@ -83,44 +80,20 @@ int ofi_conn_open_ep(struct ofi_conn *c, struct fi_info *info)
 	 * only has to be as deep as it can be. */
 	info->tx_attr->size =
 	    c->tx_max < x->info->tx_attr->size ? c->tx_max : x->info->tx_attr->size;
-	/* shm sizes the command queue peers write into by rx size, and every
-	 * RMA (two commands with CQ data) takes room there: keep its full
-	 * size. MSG endpoints need only the receive slots. */
-	if (x->msg)
-		info->rx_attr->size =
-		    c->rx_depth < x->info->rx_attr->size ? c->rx_depth : x->info->rx_attr->size;
-	else
-		info->rx_attr->size = x->info->rx_attr->size;
+	info->rx_attr->size =
+	    c->rx_depth < x->info->rx_attr->size ? c->rx_depth : x->info->rx_attr->size;
 	ret = fi_endpoint(x->domain, info, &c->ep, c);
-	if (ret)
+	if (ret) {
+		c->ep = NULL;
 		return ofi_err(x, ret, "fi_endpoint");
-	ret = fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
-	if (ret) {
-		ret = ofi_err(x, ret, "fi_ep_bind cq");
-		goto err_close_ep;
 	}
-	if (c->eq) {
-		ret = fi_ep_bind(c->ep, &c->eq->fid, 0);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_ep_bind eq");
-			goto err_close_ep;
-		}
-	}
-	if (c->av) {
-		ret = fi_ep_bind(c->ep, &c->av->fid, 0);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_ep_bind av");
-			goto err_close_ep;
-		}
-	}
-	ret = fi_enable(c->ep);
-	if (ret) {
-		ret = ofi_err(x, ret, "fi_enable");
+	if ((ret =
+		 fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) ||
+	    (ret = fi_ep_bind(c->ep, &x->eq->fid, 0)) || (ret = fi_enable(c->ep))) {
+		ret = ofi_err(x, ret, "fi_ep_bind / fi_enable");
 		goto err_close_ep;
 	}
 	c->enabled = 1;
-	/* Slots are posted before the connection exists, so the peer's
-	 * first send always finds one. */
 	ret = ofi_conn_post_slots(c);
 	if (ret)
 		goto err_close_ep;
@@ -133,7 +106,7 @@ err_close_ep:
 	return ret;
 }
 
-static int ofi_conn_open_queues(struct ofi_conn *c)
+static int ofi_conn_open_cq(struct ofi_conn *c)
 {
 	struct ofi_ctx *x = c->ctx;
 	struct fi_cq_attr cqa = {
@@ -148,63 +121,76 @@ static int ofi_conn_open_queues(struct ofi_conn *c)
 	ret = fi_cq_open(x->domain, &cqa, &c->cq, c);
 	if (ret)
 		return ofi_err(x, ret, "fi_cq_open");
-	if (x->cq_wait_fd) {
-		ret = fi_control(&c->cq->fid, FI_GETWAIT, &c->cq_fd);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_control FI_GETWAIT cq");
-			goto err_close_cq;
-		}
+	if (!x->cq_wait_fd)
+		return 0;
+	ret = fi_control(&c->cq->fid, FI_GETWAIT, &c->cq_fd);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_control FI_GETWAIT cq");
+		goto err_close_cq;
 	}
-	if (x->msg) {
-		struct fi_eq_attr eqa = {.size = 8, .wait_obj = FI_WAIT_FD};
-
-		ret = fi_eq_open(x->fabric, &eqa, &c->eq, c);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_eq_open");
-			goto err_close_cq;
-		}
-		ret = fi_control(&c->eq->fid, FI_GETWAIT, &c->eq_fd);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_control FI_GETWAIT eq");
-			goto err_close_eq;
-		}
-	} else {
-		struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = 1};
-
-		ret = fi_av_open(x->domain, &ava, &c->av, c);
-		if (ret) {
-			ret = ofi_err(x, ret, "fi_av_open");
-			goto err_close_cq;
-		}
+	if (ofi_epoll_add(x, c->cq_fd, c, OFI_TAG_CQ)) {
+		ret = ofi_errno_err(x, errno, "epoll_ctl (cq)", WIMM_E_PROVIDER);
+		goto err_close_cq;
 	}
 	return 0;
 
-err_close_eq:
-	fi_close(&c->eq->fid);
-	c->eq = NULL;
 err_close_cq:
 	fi_close(&c->cq->fid);
 	c->cq = NULL;
+	c->cq_fd = -1;
 	return ret;
 }
 
-static void ofi_conn_link(struct ofi_conn *c)
+/* A slot in x->tab: the index and a fresh generation for the cookies. */
+static int ofi_conn_register(struct ofi_conn *c)
 {
 	struct ofi_ctx *x = c->ctx;
 
+	if (!x->nfree) {
+		uint32_t cap = x->tab_cap ? 2 * x->tab_cap : 64;
+		struct ofi_conn **tab = realloc(x->tab, cap * sizeof(*tab));
+		uint32_t *fr;
+
+		if (!tab || cap > (1u << 20))
+			return WIMM_E_NOMEM;
+		x->tab = tab;
+		fr = realloc(x->free_idx, cap * sizeof(*fr));
+		if (!fr)
+			return WIMM_E_NOMEM;
+		x->free_idx = fr;
+		for (uint32_t i = cap; i > x->tab_cap; i--) {
+			tab[i - 1] = NULL;
+			fr[x->nfree++] = i - 1;
+		}
+		x->tab_cap = cap;
+	}
+	if (ofi_fids_reserve(x, (size_t)x->nconns + 2))
+		return WIMM_E_NOMEM;
+	x->gen = (x->gen + 1) & 0xffffffu;
+	if (!x->gen)
+		x->gen = 1;
+	c->gen = x->gen;
+	c->idx = x->free_idx[--x->nfree];
+	x->tab[c->idx] = c;
 	c->next = x->conns;
 	if (x->conns)
 		x->conns->prev = c;
 	x->conns = c;
 	x->nconns++;
+	return 0;
 }
 
-static void ofi_conn_unlink(struct ofi_conn *c)
+static void ofi_conn_unregister(struct ofi_conn *c)
 {
 	struct ofi_ctx *x = c->ctx;
 
-	if (x->rr == c)
-		x->rr = c->next;
+	ofi_hot_del(c);
+	if (c->kicking) {
+		c->kicking = 0;
+		x->nkick--;
+	}
+	x->tab[c->idx] = NULL;
+	x->free_idx[x->nfree++] = c->idx;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -212,6 +198,38 @@ static void ofi_conn_unlink(struct ofi_conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	x->nconns--;
+}
+
+/* Close what the connection holds, in the reverse order of ofi_conn_new. */
+static void ofi_conn_free(struct ofi_conn *c)
+{
+	struct ofi_ctx *x = c->ctx;
+
+	if (c->sock >= 0) {
+		if (c->in_epoll_sock)
+			ofi_epoll_del(x, c->sock);
+		close(c->sock); /* the peer learns of the close from this */
+	}
+	if (c->lane) {
+		ofi_lane_leave(c);
+	} else if (c->ep) {
+		if (c->connected)
+			fi_shutdown(c->ep, 0);
+		fi_close(&c->ep->fid);
+	}
+	if (c->cq) {
+		if (c->cq_fd >= 0)
+			ofi_epoll_del(x, c->cq_fd);
+		fi_close(&c->cq->fid);
+	}
+	if (c->rx_mr)
+		fi_close(&c->rx_mr->fid);
+	if (c->info)
+		fi_freeinfo(c->info);
+	free(c->frame);
+	free(c->rx_buf);
+	free(c->tx);
+	free(c);
 }
 
 int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn)
@@ -228,8 +246,8 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->core = cfg->core;
 	c->sock = -1;
 	c->cq_fd = -1;
-	c->eq_fd = -1;
 	c->peer = FI_ADDR_UNSPEC;
+	c->active = !req;
 	c->sq_depth = cfg->sq_depth ? cfg->sq_depth : 1;
 	c->tx_max = c->sq_depth + cfg->sq_reserve;
 	c->force_every = c->sq_depth / 2 ? c->sq_depth / 2 : 1;
@@ -240,76 +258,48 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 		ret = WIMM_E_NOMEM;
 		goto err_free;
 	}
+	/* Cookies name (index, generation): registered before anything is posted. */
+	ret = ofi_conn_register(c);
+	if (ret)
+		goto err_free;
 	ret = ofi_conn_alloc_rx(c);
 	if (ret)
-		goto err_free_tx;
-	ret = ofi_conn_open_queues(c);
-	if (ret)
-		goto err_free_rx;
-
+		goto err_unregister;
 	if (!x->msg) {
-		struct fi_info *info = fi_dupinfo(x->info);
-
-		if (!info) {
-			ret = WIMM_E_NOMEM;
-			goto err_close_queues;
+		ret = ofi_lane_join(c, req);
+		if (ret)
+			goto err_unregister;
+		c->enabled = 1;
+	} else {
+		ret = ofi_conn_open_cq(c);
+		if (ret)
+			goto err_unregister;
+		if (c->cq_fd < 0)
+			ofi_hot_add(c); /* no fd says when: always read */
+		/* Active side: the endpoint needs the peer's address (connect()). */
+		if (req) {
+			ret = ofi_conn_open_ep(c, req->info);
+			if (ret)
+				goto err_unregister;
 		}
-		ret = ofi_conn_open_ep(c, info);
-		fi_freeinfo(info);
-		if (ret)
-			goto err_close_queues;
-	} else if (req) {
-		ret = ofi_conn_open_ep(c, req->info);
-		if (ret)
-			goto err_close_queues;
 	}
-	/* Active MSG side: the endpoint needs the peer's address, made in connect(). */
-
-	if ((c->cq_fd >= 0 && ofi_epoll_add(x, c->cq_fd)) ||
-	    (c->eq_fd >= 0 && ofi_epoll_add(x, c->eq_fd))) {
-		ret = ofi_errno_err(x, errno, "epoll_ctl", WIMM_E_PROVIDER);
-		goto err_epoll_del;
-	}
-	ofi_conn_link(c);
-	ret = ofi_ctx_track(x);
-	if (ret)
-		goto err_unlink;
 	if (req) {
 		/* The request now belongs to the connection. */
 		c->info = req->info;
 		c->sock = req->sock;
 		free(req);
-		if (c->sock >= 0) {
-			if (ofi_epoll_add(x, c->sock) == 0)
-				c->in_epoll_sock = 1;
-		}
+		if (c->sock >= 0 && ofi_epoll_add(x, c->sock, c, OFI_TAG_SOCK) == 0)
+			c->in_epoll_sock = 1;
 	}
 	*bconn = c;
 	return 0;
 
-err_unlink:
-	ofi_conn_unlink(c);
-err_epoll_del:
-	if (c->cq_fd >= 0)
-		ofi_epoll_del(x, c->cq_fd);
-	if (c->eq_fd >= 0)
-		ofi_epoll_del(x, c->eq_fd);
-	if (c->ep)
-		fi_close(&c->ep->fid);
-err_close_queues:
-	if (c->av)
-		fi_close(&c->av->fid);
-	if (c->eq)
-		fi_close(&c->eq->fid);
-	fi_close(&c->cq->fid);
-err_free_rx:
-	if (c->rx_mr)
-		fi_close(&c->rx_mr->fid);
-	free(c->slots);
-	free(c->rx_buf);
-err_free_tx:
-	free(c->tx);
+err_unregister:
+	ofi_conn_unregister(c);
+	ofi_conn_free(c);
+	return ret;
 err_free:
+	free(c->tx);
 	free(c);
 	return ret;
 }
@@ -317,79 +307,30 @@ err_free:
 int ofi_conn_addr(void *bconn, uint8_t *buf, size_t *len)
 {
 	struct ofi_conn *c = bconn;
-	size_t cap = *len;
-	int ret;
 
 	if (c->ctx->msg) {
 		*len = 0; /* the provider's CM addresses MSG endpoints */
 		return 0;
 	}
-	ret = fi_getname(&c->ep->fid, buf, &cap);
-	if (ret)
-		return ret == -FI_ETOOSMALL ? WIMM_E_NOMEM : ofi_err(c->ctx, ret, "fi_getname");
-	*len = cap;
+	if (*len < c->lane->name_len)
+		return WIMM_E_NOMEM;
+	memcpy(buf, c->lane->name, c->lane->name_len);
+	*len = c->lane->name_len;
 	return 0;
-}
-
-/* Close the provider objects of a connection already unlinked. */
-void ofi_conn_free(struct ofi_conn *c)
-{
-	struct ofi_ctx *x = c->ctx;
-
-	if (c->ep) {
-		if (x->msg && c->connected)
-			fi_shutdown(c->ep, 0);
-		fi_close(&c->ep->fid);
-	}
-	if (c->av)
-		fi_close(&c->av->fid);
-	if (c->eq)
-		fi_close(&c->eq->fid);
-	if (c->cq)
-		fi_close(&c->cq->fid);
-	if (c->rx_mr)
-		fi_close(&c->rx_mr->fid);
-	if (c->info)
-		fi_freeinfo(c->info);
-	free(c->slots);
-	free(c->rx_buf);
-	free(c->tx);
-	free(c);
 }
 
 void ofi_conn_delete(void *bconn)
 {
 	struct ofi_conn *c = bconn;
-	struct ofi_ctx *x;
 
 	if (!c)
 		return;
-	x = c->ctx;
-	ofi_conn_unlink(c);
-	if (c->cq_fd >= 0)
-		ofi_epoll_del(x, c->cq_fd);
-	if (c->eq_fd >= 0)
-		ofi_epoll_del(x, c->eq_fd);
-	if (c->sock >= 0) {
-		if (c->in_epoll_sock)
-			ofi_epoll_del(x, c->sock);
-		close(c->sock); /* the peer learns of the close from this */
-		c->sock = -1;
-	}
-	if (c->same_proc) {
-		/* shm hands a peer in the same process our region itself, not a
-		 * mapping of its own: closing the endpoint now would unmap memory
-		 * that peer's progress still reads. Keep it, unpolled, until the
-		 * context closes. */
-		c->next = x->graveyard;
-		x->graveyard = c;
-	} else {
-		ofi_conn_free(c);
-	}
-	ofi_ctx_track(x);
+	/* Off the table first: whatever of it is still in a CQ is dropped. */
+	ofi_conn_unregister(c);
+	ofi_conn_free(c);
 }
 
-static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struct ofi_tx *t,
+static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos,
 			     uint64_t flags)
 {
 	struct iovec iov = {.iov_base = wr->local, .iov_len = wr->len};
@@ -414,7 +355,7 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 		    .desc = &desc,
 		    .iov_count = wr->len ? 1 : 0,
 		    .addr = c->peer,
-		    .context = t,
+		    .context = ofi_cookie(c, 0, pos),
 		    .data = data,
 		};
 
@@ -427,7 +368,7 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, struc
 	    .addr = c->peer,
 	    .rma_iov = &rma,
 	    .rma_iov_count = 1,
-	    .context = t,
+	    .context = ofi_cookie(c, 0, pos),
 	    .data = data,
 	};
 	switch (wr->op) {
@@ -449,6 +390,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	uint32_t budget = wr->internal ? c->tx_max : c->sq_depth;
 	struct ofi_tx *t;
 	uint64_t flags = 0;
+	uint32_t pos;
 	int complete;
 	ssize_t ret;
 
@@ -468,17 +410,18 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
 		flags |= FI_INJECT;
 
-	t = &c->tx[c->tx_head % c->tx_max];
+	pos = (uint32_t)(c->tx_head % c->tx_max);
+	t = &c->tx[pos];
 	t->seq = c->tx_head;
 	t->op_seq = wr->op_seq;
 	t->len = (uint32_t)wr->len;
 	t->op = wr->op;
 	t->signal = wr->signal;
 	t->internal = wr->internal;
-	ret = ofi_post_once(c, wr, t, flags);
+	ret = ofi_post_once(c, wr, pos, flags);
 	if (ret == -FI_EAGAIN) {
 		ofi_conn_stash_cq(c);
-		ret = ofi_post_once(c, wr, t, flags);
+		ret = ofi_post_once(c, wr, pos, flags);
 	}
 	if (ret == -FI_EAGAIN)
 		return WIMM_E_AGAIN;
@@ -486,6 +429,9 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		return ofi_err(c->ctx, (int)ret, "post");
 	c->tx_head++;
 	c->unsig = complete ? 0 : c->unsig + 1;
+	/* Its completion is due: no need to wait for the fd to say so. */
+	if (complete)
+		ofi_hot_add(c);
 	return 0;
 }
 
@@ -495,7 +441,7 @@ int ofi_rx_release(void *bconn, uint32_t n)
 	uint64_t avail;
 	int ret;
 
-	if (!c->recv_size || !c->enabled)
+	if (!c->recv_size || !c->slots_posted)
 		return 0;
 	/* Write-with-imm consumes no slot here: only slots whose send-with-imm
 	 * was handed out go back, oldest first. */
@@ -508,5 +454,9 @@ int ofi_rx_release(void *bconn, uint32_t n)
 			return ret;
 		c->rx_reposted++;
 	}
+	/* A message tcp already read may be waiting for this slot: read the
+	 * CQ at the next poll even if its fd stays quiet. */
+	if (n)
+		ofi_hot_add(c);
 	return 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -57,10 +58,23 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	if (!h)
 		return NULL;
 	h->caps = OFI_CAPS;
+	/* RDM endpoints are shared by the connections of a lane: completions
+	 * are told apart by source, receives aimed at their peer. */
+	if (type == FI_EP_RDM)
+		h->caps |= FI_SOURCE | FI_DIRECTED_RECV;
 	h->mode = 0;
 	h->ep_attr->type = type;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	/* Credits and "writes, then one doorbell" need a write to land before
+	 * a later write or send of the same endpoint: ask, so that a provider
+	 * that cannot promise it does not match (shm then also stops doing
+	 * plain writes by CMA beside its ordered command queue). Nagle: tcp
+	 * sets TCP_NODELAY on its sockets unless the traffic class is
+	 * FI_TC_BULK_DATA (libfabric >= 1.12, tcpx_setup_socket), so the
+	 * unset class here is all it takes; FI_TCP_NODELAY=0 from the user
+	 * still turns it off. */
+	h->tx_attr->msg_order = OFI_ORDER;
 	if (prov) {
 		h->fabric_attr->prov_name = strdup(prov);
 		if (!h->fabric_attr->prov_name) {
@@ -71,9 +85,10 @@ struct fi_info *ofi_hints(const char *prov, enum fi_ep_type type)
 	return h;
 }
 
-/* Would the provider match if we accepted FI_RX_CQ_DATA mode (libfabric's
- * verbs provider does)? Only to name the reason in the error. */
-static int ofi_needs_rx_cq_data(const char *prov)
+/* Would the provider match with FI_RX_CQ_DATA mode accepted (libfabric's
+ * verbs provider would), or without the ordering asked for? Only to name
+ * the reason in the error. */
+static int ofi_matches_if(const char *prov, uint64_t mode, uint64_t msg_order)
 {
 	struct fi_info *hints = ofi_hints(prov, FI_EP_UNSPEC);
 	struct fi_info *list = NULL;
@@ -81,7 +96,8 @@ static int ofi_needs_rx_cq_data(const char *prov)
 
 	if (!hints)
 		return 0;
-	hints->mode = FI_RX_CQ_DATA;
+	hints->mode = mode;
+	hints->tx_attr->msg_order = msg_order;
 	found = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list) == 0;
 	fi_freeinfo(list);
 	fi_freeinfo(hints);
@@ -120,10 +136,14 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 		fi_freeinfo(list);
 	}
 	wimm_ctx_set_provider_error(x->core, last,
-				    ofi_needs_rx_cq_data(prov)
+				    ofi_matches_if(prov, FI_RX_CQ_DATA, OFI_ORDER)
 					? "the provider needs FI_RX_CQ_DATA (a posted receive "
 					  "for each remote CQ data), which wimm's ofi backend does "
 					  "not offer; use the native verbs:<device> backend"
+				    : ofi_matches_if(prov, 0, 0)
+					? "the provider does not order a write before a later "
+					  "write or send (FI_ORDER_WAW | FI_ORDER_SAW), which "
+					  "credits and doorbells depend on"
 					: "no libfabric provider of that name with RMA and remote "
 					  "CQ data");
 	return WIMM_E_NODEV;
@@ -147,17 +167,6 @@ static int ofi_reg_null_mr(struct ofi_ctx *x)
 
 static void ofi_ctx_close(void *bctx);
 
-/* libfabric's tcp provider leaves Nagle's algorithm on unless told: then a
- * small write behind an unacknowledged one (a credit return, say) waits for
- * the peer's delayed ACK, milliseconds. Measured here: 8-byte write_imm
- * rate 8 k/s with Nagle, 154 k/s without. The provider reads the variable
- * once, when it is first loaded, so set it before the first fi_getinfo;
- * an application's own setting wins. */
-static void ofi_tune_env(void)
-{
-	setenv("FI_TCP_NODELAY", "1", 0);
-}
-
 static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
 			void **bctx)
 {
@@ -166,15 +175,14 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	struct fi_cq_attr cqa = {.size = 4, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
 	int ret;
 
-	(void)cq_budget; /* every connection has its own CQ, sized at conn_new */
-	ofi_tune_env();
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return WIMM_E_NOMEM;
 	x->core = ctx;
 	x->epfd = -1;
 	x->timerfd = -1;
-	x->next_key = 1;
+	x->eq_fd = -1;
+	x->cq_budget = cq_budget; /* sizes lanes (RDM); MSG CQs are per connection */
 	if (!spec || !*spec)
 		spec = "tcp";
 	ret = ofi_find(x, spec, &x->info);
@@ -219,14 +227,34 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 
 		x->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		if (x->timerfd < 0 || timerfd_settime(x->timerfd, 0, &its, NULL) ||
-		    ofi_epoll_add(x, x->timerfd)) {
+		    ofi_epoll_add(x, x->timerfd, NULL, OFI_TAG_TIMER)) {
 			ret = ofi_errno_err(x, errno, "timerfd", WIMM_E_PROVIDER);
 			goto err_close_timer;
+		}
+	}
+	if (x->msg) {
+		/* One EQ for the CM events of every connection: an EQ per
+		 * connection was three more descriptors each (tcp's wait set
+		 * and its signal pair) and one more read per control check. */
+		struct fi_eq_attr eqa = {.size = 256, .wait_obj = FI_WAIT_FD};
+
+		ret = fi_eq_open(x->fabric, &eqa, &x->eq, x);
+		if (ret) {
+			ret = ofi_err(x, ret, "fi_eq_open");
+			goto err_close_timer;
+		}
+		ret = fi_control(&x->eq->fid, FI_GETWAIT, &x->eq_fd);
+		if (ret || ofi_epoll_add(x, x->eq_fd, NULL, OFI_TAG_EQ)) {
+			ret = ret ? ofi_err(x, ret, "fi_control FI_GETWAIT eq")
+				  : ofi_errno_err(x, errno, "epoll_ctl (eq)", WIMM_E_PROVIDER);
+			goto err_close_eq;
 		}
 	}
 	*bctx = x;
 	return 0;
 
+err_close_eq:
+	fi_close(&x->eq->fid);
 err_close_timer:
 	if (x->timerfd >= 0)
 		close(x->timerfd);
@@ -253,12 +281,9 @@ static void ofi_ctx_close(void *bctx)
 		return;
 	while (x->conns)
 		ofi_conn_delete(x->conns);
-	while (x->graveyard) {
-		struct ofi_conn *c = x->graveyard;
-
-		x->graveyard = c->next;
-		ofi_conn_free(c);
-	}
+	ofi_lane_close_all(x);
+	if (x->eq)
+		fi_close(&x->eq->fid);
 	if (x->timerfd >= 0)
 		close(x->timerfd);
 	close(x->epfd);
@@ -267,28 +292,39 @@ static void ofi_ctx_close(void *bctx)
 	fi_close(&x->domain->fid);
 	fi_close(&x->fabric->fid);
 	fi_freeinfo(x->info);
+	free(x->tab);
+	free(x->free_idx);
 	free(x->fids);
 	free(x);
 }
 
-/* Rebuild the fid list fi_trywait() checks after a connection came or went. */
-int ofi_ctx_track(struct ofi_ctx *x)
+struct ofi_conn *ofi_conn_lookup(struct ofi_ctx *x, uint32_t idx, uint32_t gen)
 {
-	struct fid **fids;
-	size_t n = 0;
+	struct ofi_conn *c = idx < x->tab_cap ? x->tab[idx] : NULL;
 
-	fids = malloc((2 * (size_t)x->nconns + 1) * sizeof(*fids));
-	if (!fids)
+	return c && c->gen == gen ? c : NULL;
+}
+
+struct ofi_conn *ofi_cookie_conn(struct ofi_ctx *x, const void *k)
+{
+	uint64_t v = (uintptr_t)k;
+
+	return ofi_conn_lookup(x, (uint32_t)(v >> 20) & 0xfffffu, (uint32_t)(v >> 40));
+}
+
+/* Scratch room for n fids (fi_trywait in arm), grown while connections are
+ * made so that arm itself need not allocate. */
+int ofi_fids_reserve(struct ofi_ctx *x, size_t n)
+{
+	struct fid **f;
+
+	if (n <= x->fids_cap)
+		return 0;
+	f = realloc(x->fids, 2 * n * sizeof(*f));
+	if (!f)
 		return WIMM_E_NOMEM;
-	for (struct ofi_conn *c = x->conns; c; c = c->next) {
-		if (c->cq && x->cq_wait_fd)
-			fids[n++] = &c->cq->fid;
-		if (c->eq)
-			fids[n++] = &c->eq->fid;
-	}
-	free(x->fids);
-	x->fids = fids;
-	x->nfids = n;
+	x->fids = f;
+	x->fids_cap = 2 * n;
 	return 0;
 }
 
@@ -324,9 +360,12 @@ static int ofi_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 
 static int ofi_cq_resize(void *bctx, uint32_t total)
 {
-	/* Every connection has its own CQ, sized for it at conn_new. */
-	(void)bctx;
-	(void)total;
+	struct ofi_ctx *x = bctx;
+
+	/* MSG: every connection has its own CQ, sized for it at conn_new.
+	 * RDM: lanes opened from now on are sized for the new total; a lane
+	 * takes a connection only while its own CQ has room for it. */
+	x->cq_budget = total;
 	return 0;
 }
 
@@ -345,7 +384,6 @@ static int ofi_describe(FILE *f, int json, int *first)
 
 	if (!hints)
 		return WIMM_E_NOMEM;
-	ofi_tune_env();
 	ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
 	fi_freeinfo(hints);
 	if (ret)
@@ -398,6 +436,37 @@ static int ofi_auto_probe(char *spec, size_t spec_len)
 	return 0;
 }
 
+/* A key the peer cannot guess: where the provider leaves keys to us (tcp),
+ * sequential ones would let anyone who learnt one key name every other
+ * region. Never 0, which is the null window's. */
+static uint64_t ofi_random_key(void)
+{
+	uint64_t key = 0;
+
+	while (key == 0) {
+		if (getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+			/* No entropy (an old kernel, a seccomp filter): still not
+			 * sequential, though guessable. */
+			key = (uint64_t)wimm_now_ns() * 0x9e3779b97f4a7c15ull;
+		}
+	}
+	return key;
+}
+
+int ofi_reg(struct ofi_ctx *x, void *addr, size_t len, uint64_t acc, struct fid_mr **mr)
+{
+	int ret;
+
+	for (int tries = 0;; tries++) {
+		ret = fi_mr_reg(x->domain, addr, len, acc, 0, x->prov_key ? 0 : ofi_random_key(), 0,
+				mr, NULL);
+		/* A key another registration holds: draw again. */
+		if (ret != -FI_ENOKEY || x->prov_key || tries == 8)
+			break;
+	}
+	return ret;
+}
+
 static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struct wimm_bmr *out)
 {
 	struct ofi_ctx *x = bctx;
@@ -409,14 +478,7 @@ static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struc
 		acc |= FI_REMOTE_WRITE;
 	if (access & WIMM_REMOTE_READ)
 		acc |= FI_REMOTE_READ;
-	for (;;) {
-		uint64_t key = x->prov_key ? 0 : x->next_key++;
-
-		ret = fi_mr_reg(x->domain, addr, len, acc, 0, key, 0, &mr, NULL);
-		/* A key still held by another registration: take the next one. */
-		if (ret != -FI_ENOKEY || x->prov_key)
-			break;
-	}
+	ret = ofi_reg(x, addr, len, acc, &mr);
 	if (ret)
 		return ofi_err(x, ret, "fi_mr_reg");
 	out->addr = addr;

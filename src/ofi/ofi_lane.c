@@ -1,0 +1,457 @@
+/* libfabric backend, RDM providers (shm): lanes.
+ *
+ * A lane is one RDM endpoint with its AV and CQ, shared by up to
+ * OFI_LANE_PEERS connections (shm 1.17 maps at most SMR_MAX_PEERS = 256
+ * peers per AV and endpoint). Instead of an endpoint per connection, so:
+ * - a poll reads one CQ per lane, not one per connection;
+ * - accepting does not fi_enable a new endpoint: each enable kept about
+ *   290 bytes inside shm until the context closed (valgrind, 200 cycles:
+ *   52 KB), and deleting a connection to a peer in this process no longer
+ *   has to keep its endpoint (shm hands such a peer our region itself).
+ *
+ * Attribution: our operations carry a cookie as op_context; the peer's
+ * write-with-CQ-data carries no context we chose, so it is told by its
+ * source: the domain asks for FI_SOURCE, and shm's smr_rx_src_comp
+ * reports the sender's fi_addr in our AV (smr_complete_rx:
+ * map->peers[id].fiaddr, the RMA path included) for fi_cq_readfrom.
+ * Receive slots are directed (FI_DIRECTED_RECV) at their peer.
+ *
+ * Two connections between the same pair of lanes would share one fi_addr,
+ * so the passive side never places a request on a lane that already holds
+ * that peer, and an active side takes a lane with no other active side in
+ * it (it cannot know yet where it connects to). A peer must be in the AV
+ * before it can know our lane's name: accept() leaves sending our
+ * handshake to conn_ready(), after the insert.
+ *
+ * Known limit: shm completes operations that need the peer's answer (reads,
+ * writes above inject_size) in the order of one response queue per
+ * endpoint; a peer that dies with one outstanding stalls the completions
+ * of later such operations on its lane. A lane that lost a peer that way
+ * is retired: it takes no new connections and closes with its last one. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ofi/ofi_internal.h"
+
+static void ofi_lane_close(struct ofi_lane *l)
+{
+	if (l->ep)
+		fi_close(&l->ep->fid);
+	if (l->av)
+		fi_close(&l->av->fid);
+	if (l->cq)
+		fi_close(&l->cq->fid);
+	free(l->ring);
+	free(l);
+}
+
+/* The lane's endpoint, bound and enabled. shm names an endpoint's region
+ * after the process id; a region a SIGKILLed process left in /dev/shm
+ * under our (reused) id makes the first fi_enable fail with -FI_EBUSY, and
+ * shm removes the stale file as it does so (smr_retry_map): try once more. */
+static int ofi_lane_enable(struct ofi_ctx *x, struct ofi_lane *l)
+{
+	struct fi_info *info;
+	int ret = 0;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		info = fi_dupinfo(x->info);
+		if (!info)
+			return WIMM_E_NOMEM;
+		ret = fi_endpoint(x->domain, info, &l->ep, l);
+		fi_freeinfo(info);
+		if (ret) {
+			l->ep = NULL;
+			return ofi_err(x, ret, "fi_endpoint (lane)");
+		}
+		ret =
+		    fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION);
+		if (!ret)
+			ret = fi_ep_bind(l->ep, &l->av->fid, 0);
+		if (!ret)
+			ret = fi_enable(l->ep);
+		if (ret != -FI_EBUSY)
+			break;
+		fi_close(&l->ep->fid);
+		l->ep = NULL;
+	}
+	/* On failure the endpoint (if any) goes with the lane. */
+	return ret ? ofi_err(x, ret, "fi_ep_bind / fi_enable (lane)") : 0;
+}
+
+static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
+{
+	struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = OFI_LANE_PEERS};
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
+	struct ofi_lane *l;
+	int ret;
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return WIMM_E_NOMEM;
+	/* Room for what the core may have outstanding, within reason: CQ
+	 * entries are allocated up front (about 50 bytes each). Each new lane
+	 * at least doubles the last, so a context that grows to many
+	 * connections ends up with few lanes. */
+	l->cq_size = x->cq_budget;
+	if (x->lanes && l->cq_size < 2 * x->lanes->cq_size)
+		l->cq_size = 2 * x->lanes->cq_size;
+	if (l->cq_size < OFI_LANE_CQ_MIN)
+		l->cq_size = OFI_LANE_CQ_MIN;
+	if (l->cq_size > OFI_LANE_CQ_MAX)
+		l->cq_size = OFI_LANE_CQ_MAX;
+	if (l->cq_size < need)
+		l->cq_size = need;
+	cqa.size = l->cq_size;
+	ret = fi_cq_open(x->domain, &cqa, &l->cq, l);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_cq_open (lane)");
+		goto err_close;
+	}
+	ret = fi_av_open(x->domain, &ava, &l->av, l);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_av_open (lane)");
+		goto err_close;
+	}
+	ret = ofi_lane_enable(x, l);
+	if (ret)
+		goto err_close;
+	l->name_len = sizeof(l->name);
+	ret = fi_getname(&l->ep->fid, l->name, &l->name_len);
+	if (ret) {
+		ret = ofi_err(x, ret, "fi_getname (lane)");
+		goto err_close;
+	}
+	l->next = x->lanes;
+	x->lanes = l;
+	*out = l;
+	return 0;
+
+err_close:
+	ofi_lane_close(l);
+	return ret;
+}
+
+/* Does a connection of lane l already talk to the peer `name`? */
+static int ofi_lane_has_peer(struct ofi_ctx *x, struct ofi_lane *l, const uint8_t *name, size_t len)
+{
+	for (struct ofi_conn *c = x->conns; c; c = c->next) {
+		if (c->lane != l || c->peer == FI_ADDR_UNSPEC || c->peer_name_len != len ||
+		    memcmp(c->peer_name, name, len))
+			continue;
+		/* A peer that closes and connects again (from the same lane of
+		 * its own) is usually here before we noticed the close: look
+		 * now, a closed one is cut from the lane (ofi_lane_push_down). */
+		if (c->sock >= 0 && c->in_epoll_sock)
+			ofi_check_sock(c);
+		if (c->peer != FI_ADDR_UNSPEC)
+			return 1;
+	}
+	return 0;
+}
+
+int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
+{
+	struct ofi_ctx *x = c->ctx;
+	size_t need = (size_t)c->tx_max + c->rx_depth + 16;
+	struct ofi_lane *l;
+	int ret;
+
+	for (l = x->lanes; l; l = l->next) {
+		if (l->ndead)
+			ofi_lane_fill(l, x, 0); /* its AV room back */
+		if (l->retired || l->members + l->ndead >= OFI_LANE_PEERS ||
+		    l->cq_reserved + need > l->cq_size)
+			continue;
+		if (req ? !ofi_lane_has_peer(x, l, req->peer_name, req->peer_name_len)
+			: !l->outgoing)
+			break;
+	}
+	if (!l) {
+		ret = ofi_lane_open(x, need, &l);
+		if (ret)
+			return ret;
+	} else if (l->ndead) {
+		ofi_lane_fill(l, x, 0); /* a peer just cut above: bury it first */
+	}
+	l->members++;
+	l->cq_reserved += need;
+	if (!req)
+		l->outgoing = 1;
+	c->lane = l;
+	c->ep = l->ep;
+	return 0;
+}
+
+/* Leaving drives no progress: a peer in this process whose endpoint is
+ * already closed leaves requests behind that shm cannot process any more
+ * (smr_progress_connreq reads the peer's region). The peer's address goes
+ * on the lane's dead list: entries of it still in the CQ then name no one,
+ * and it leaves the AV (which reuses its index) once the CQ was drained. */
+void ofi_lane_cut(struct ofi_conn *c)
+{
+	struct ofi_lane *l = c->lane;
+
+	/* Nothing goes to it any more, not even the first write. */
+	if (c->kicking) {
+		c->kicking = 0;
+		c->ctx->nkick--;
+	}
+	/* -FI_ENOENT for a slot that completed meanwhile: nothing to do. */
+	if (c->slots_posted)
+		for (uint32_t i = 0; i < c->rx_depth; i++)
+			fi_cancel(&l->ep->fid, ofi_cookie(c, 1, i));
+	c->slots_posted = 0;
+	if (c->peer != FI_ADDR_UNSPEC) {
+		if (c->peer < OFI_LANE_PEERS && l->peer[c->peer] == c)
+			l->peer[c->peer] = NULL;
+		l->dead[l->ndead++] = c->peer;
+		c->peer = FI_ADDR_UNSPEC;
+	}
+}
+
+void ofi_lane_leave(struct ofi_conn *c)
+{
+	struct ofi_lane *l = c->lane;
+	struct ofi_ctx *x = c->ctx;
+
+	if (!l)
+		return;
+	ofi_lane_cut(c);
+	/* A peer that died with an operation awaiting its answer blocks the
+	 * lane's response queue: no new connections there. */
+	if (c->down_reported && c->tx_head != c->tx_tail)
+		l->retired = 1;
+	l->members--;
+	l->cq_reserved -= (size_t)c->tx_max + c->rx_depth + 16;
+	if (c->active)
+		l->outgoing = 0;
+	c->lane = NULL;
+	c->ep = NULL;
+	if (l->retired && !l->members) {
+		struct ofi_lane **pp = &x->lanes;
+
+		while (*pp != l)
+			pp = &(*pp)->next;
+		*pp = l->next;
+		if (x->lane_rr == l)
+			x->lane_rr = NULL;
+		ofi_lane_close(l);
+	}
+}
+
+int ofi_lane_insert(struct ofi_conn *c, const uint8_t *name, size_t len)
+{
+	struct ofi_lane *l = c->lane;
+	fi_addr_t a = FI_ADDR_UNSPEC;
+	int ret;
+
+	ret = fi_av_insert(l->av, name, 1, &a, 0, NULL);
+	if (ret != 1)
+		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
+	for (uint32_t i = 0; i < l->ndead; i++)
+		if (l->dead[i] == a)
+			a = OFI_LANE_PEERS; /* still to be buried: the same entry */
+	if (a >= OFI_LANE_PEERS || l->peer[a]) {
+		/* The same pair of lanes twice (see the top): refuse rather
+		 * than mix up two connections' doorbells. */
+		if (a < OFI_LANE_PEERS && l->peer[a])
+			fi_av_remove(l->av, &a, 1, 0);
+		wimm_ctx_set_provider_error(c->ctx->core, -FI_EADDRINUSE,
+					    "a second connection between the same two shm "
+					    "endpoints");
+		return WIMM_E_PROVIDER;
+	}
+	l->peer[a] = c;
+	c->peer = a;
+	memcpy(c->peer_name, name, len);
+	c->peer_name_len = len;
+	return 0;
+}
+
+void ofi_lane_close_all(struct ofi_ctx *x)
+{
+	while (x->lanes) {
+		struct ofi_lane *l = x->lanes;
+
+		x->lanes = l->next;
+		ofi_lane_close(l);
+	}
+	x->lane_rr = NULL;
+}
+
+/* ------------------------------------------------------------ the ring */
+
+/* Room for n more entries; 0 or WIMM_E_NOMEM. */
+static int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
+{
+	uint32_t cap = l->ring_cap ? l->ring_cap : 64;
+	struct ofi_rent *r;
+
+	if (l->ring_cap - l->ring_len >= n)
+		return 0;
+	while (cap - l->ring_len < n)
+		cap *= 2;
+	r = malloc((size_t)cap * sizeof(*r));
+	if (!r)
+		return WIMM_E_NOMEM;
+	for (uint32_t i = 0; i < l->ring_len; i++)
+		r[i] = l->ring[(l->ring_head + i) % l->ring_cap];
+	free(l->ring);
+	l->ring = r;
+	l->ring_cap = cap;
+	l->ring_head = 0;
+	return 0;
+}
+
+static struct ofi_rent *ofi_ring_slot(struct ofi_lane *l)
+{
+	if (ofi_ring_reserve(l, 1))
+		return NULL;
+	return &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+}
+
+static void ofi_ring_push(struct ofi_lane *l, struct ofi_conn *c, struct ofi_rent *r)
+{
+	r->idx = c->idx;
+	r->gen = c->gen;
+	l->ring_len++;
+}
+
+/* Which connection an entry belongs to: the cookie of our own operation,
+ * else (the peer's remote CQ data) its source. */
+static struct ofi_conn *ofi_lane_owner(struct ofi_lane *l, struct ofi_ctx *x, uint64_t flags,
+				       void *op_context, fi_addr_t src)
+{
+	if ((flags & FI_REMOTE_CQ_DATA) && !(flags & FI_RECV))
+		return src < OFI_LANE_PEERS ? l->peer[src] : NULL;
+	return ofi_cookie_conn(x, op_context);
+}
+
+static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
+{
+	struct fi_cq_err_entry err = {0};
+	struct ofi_conn *c;
+	struct ofi_rent *r;
+
+	if (fi_cq_readerr(l->cq, &err, 0) < 0)
+		return;
+	c = ofi_cookie_conn(x, err.op_context);
+	if (!c || !(r = ofi_ring_slot(l)))
+		return;
+	if (ofi_convert_err(c, &err, l->cq, &r->e))
+		ofi_ring_push(l, c, r);
+}
+
+/* The CQ holds nothing of the dead peers any more: out of the AV. */
+static void ofi_lane_bury(struct ofi_lane *l, struct ofi_ctx *x)
+{
+	int ret;
+
+	if (!l->ndead)
+		return;
+	ret = fi_av_remove(l->av, l->dead, l->ndead, 0);
+	if (ret)
+		ofi_err(x, ret, "fi_av_remove (lane)");
+	l->ndead = 0;
+}
+
+int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
+{
+	struct fi_cq_data_entry d[16];
+	fi_addr_t src[16];
+	uint32_t read = 0;
+
+	while (!max || read < max) {
+		size_t want = !max || max - read > 16 ? 16 : max - read;
+		ssize_t r;
+
+		/* Room first: what is read must not be dropped. */
+		if (ofi_ring_reserve(l, (uint32_t)want + 1))
+			break;
+		r = fi_cq_readfrom(l->cq, d, want, src);
+		if (r == -FI_EAGAIN) {
+			ofi_lane_bury(l, x);
+			break;
+		}
+		if (r == -FI_EAVAIL) {
+			ofi_lane_readerr(l, x);
+			read++;
+			continue;
+		}
+		if (r < 0) {
+			ofi_err(x, (int)r, "fi_cq_readfrom");
+			break;
+		}
+		for (ssize_t i = 0; i < r; i++) {
+			struct ofi_conn *c =
+			    ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
+			struct ofi_rent *e = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+
+			/* Unknown source: a peer not (or no longer) in the AV. */
+			if (c && ofi_convert(c, &d[i], &e->e))
+				ofi_ring_push(l, c, e);
+		}
+		read += (uint32_t)r;
+		if ((size_t)r < want) {
+			ofi_lane_bury(l, x);
+			break;
+		}
+	}
+	return l->ring_len > 0;
+}
+
+int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, int n)
+{
+	int got = 0;
+
+	while (got < n && l->ring_len) {
+		struct ofi_rent *r = &l->ring[l->ring_head];
+		struct ofi_conn *c = ofi_conn_lookup(x, r->idx, r->gen);
+
+		l->ring_head = (l->ring_head + 1) % l->ring_cap;
+		l->ring_len--;
+		if (!c)
+			continue; /* deleted meanwhile */
+		if (r->e.kind == WIMM_CQE_CONN_DOWN) {
+			c->down_pending = 0;
+			c->down_reported = 1;
+		} else if (r->e.kind == WIMM_CQE_RECV_SEND_IMM) {
+			c->rx_delivered++;
+		}
+		out[got++] = r->e;
+	}
+	return got;
+}
+
+/* Up before anything that arrives on it (conn_ready, before any progress). */
+void ofi_lane_push_up(struct ofi_conn *c)
+{
+	struct ofi_rent *r = ofi_ring_slot(c->lane);
+
+	if (!r)
+		return; /* the first doorbell says it is up instead */
+	r->e = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+	ofi_ring_push(c->lane, c, r);
+	c->up_pending = 0;
+}
+
+/* The connection's last word goes behind everything its lane's CQ already
+ * holds for it. */
+void ofi_lane_push_down(struct ofi_conn *c)
+{
+	struct ofi_lane *l = c->lane;
+	struct ofi_rent *r;
+
+	ofi_lane_fill(l, c->ctx, 0);
+	r = ofi_ring_slot(l);
+	if (!r)
+		return; /* stays down_pending; arm/poll report nothing more */
+	wimm_cqe_conn_down(&r->e, c->core, c->down_status, c->down_prov);
+	ofi_ring_push(l, c, r);
+	/* Nothing more of it can come (its socket is closed): its AV entry
+	 * goes, so that the peer may connect again through this lane. */
+	ofi_lane_cut(c);
+}
