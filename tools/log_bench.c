@@ -17,6 +17,7 @@
 #include "log_cmd.h"
 
 #define NSIZES 3
+static pid_t server_pid;
 static const size_t sizes[NSIZES] = {64, 1200, 16384};
 
 struct samples {
@@ -76,11 +77,19 @@ static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
 	return ctx;
 }
 
+static void say_server(void *arg, enum wimm_log_level lvl, const char *msg)
+{
+	(void)arg;
+	if (lvl <= WIMM_LOG_WARN)
+		fprintf(stderr, "wimm: log bench: server: %s\n", msg);
+}
+
 static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin)
 {
 	struct wimm_ctx *ctx = bench_ctx(fabric, spin);
 	struct wimm_log_server *s;
-	struct wimm_log_server_attr a = {.dir = dir, .spin_us = spin ? 1000000 : 0};
+	struct wimm_log_server_attr a = {
+	    .dir = dir, .spin_us = spin ? 1000000 : 0, .log = say_server};
 	int rc = wimm_log_server_open(ctx, "127.0.0.1:0", &a, &s);
 	if (rc)
 		cli_fail(ctx, rc, "log bench: server");
@@ -105,8 +114,15 @@ static void one(struct wimm_log_writer *w, const unsigned char *buf, size_t len,
 	int rc = wimm_log_append(w, buf, len, WIMM_LOG_WAIT, &seq);
 	if (!rc)
 		rc = wimm_log_wait(w, seq, lvl, 10000);
-	if (rc)
-		cli_fail(NULL, rc, "log bench: append %zu bytes", len);
+	if (rc) {
+		int st;
+		if (server_pid > 0 && waitpid(server_pid, &st, WNOHANG) == server_pid)
+			fprintf(stderr, "wimm: log bench: the server ended: %s %d\n",
+				WIFSIGNALED(st) ? "signal" : "status",
+				WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+		cli_fail(NULL, rc, "log bench: append %zu bytes (%s)", len,
+			 wimm_log_writer_error(w));
+	}
 	if (out)
 		push(out, cli_now_ns() - t0);
 }
@@ -159,6 +175,7 @@ int log_bench_main(int argc, char **argv)
 		serve_child(fabric, dir, pfd[1], spin);
 	}
 	close(pfd[1]);
+	server_pid = pid;
 	char line[32] = "";
 	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
 	close(pfd[0]);

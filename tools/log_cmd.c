@@ -208,8 +208,9 @@ static int append_one(struct wimm_log_writer *w, const struct append_opts *o, co
 			return 2;
 		}
 		if (rc) {
-			fprintf(stderr, "wimm: log append: entry %llu: %s (%s)\n",
-				(unsigned long long)n + 1, wimm_strerror(rc), wimm_err_name(rc));
+			fprintf(stderr, "wimm: log append: entry %llu: %s (%s) %s\n",
+				(unsigned long long)n + 1, wimm_strerror(rc), wimm_err_name(rc),
+				wimm_log_writer_error(w));
 			return 1;
 		}
 		return 0;

@@ -230,7 +230,8 @@ int wimm_log_writer_state(const struct wimm_log_writer *w, struct wimm_log_write
 int wimm_log_writer_reconnect(struct wimm_log_writer *w);
 
 /* Why the server refused this writer (a sequence gap, a bad entry, another
- * connection of the same id), or "" if it did not. Never NULL. */
+ * connection of the same id) or why the connection was lost, or "" if
+ * neither happened. Never NULL. */
 const char *wimm_log_writer_error(const struct wimm_log_writer *w);
 
 /* Wait up to timeout_ms for every entry to be durable (-1 forever, 0 not

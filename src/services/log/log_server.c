@@ -444,8 +444,11 @@ static int handle(struct wimm_log_server *s, const struct wimm_event *e)
 		}
 		return 0;
 	case WIMM_EV_ERROR:
-		if (k)
+		if (k) {
+			say(s, WIMM_LOG_WARN, "connection %d: an operation to it failed: %s",
+			    k->slot, wimm_strerror(e->status));
 			k->drop = 1;
+		}
 		return 0;
 	default:
 		return 0;

@@ -80,8 +80,12 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 		if (e->conn != w->conn)
 			continue;
 		if (e->type == WIMM_EV_DISCONNECT || e->type == WIMM_EV_ERROR) {
-			if (!w->broken)
+			if (!w->broken) {
 				w->broken = WIMM_E_DISCONNECTED;
+				snprintf(w->err, sizeof(w->err),
+					 "connection to the server lost: %s (%s)",
+					 wimm_strerror(e->status), wimm_err_name(e->status));
+			}
 			continue;
 		}
 		if (e->type != WIMM_EV_WRITE_IMM)
