@@ -278,6 +278,20 @@ static int verify_log(int port, struct verify *v)
 	return 0;
 }
 
+/* Writers 1..n each hold exactly per entries. */
+static int check_counts(const struct verify *v, unsigned n, uint64_t per)
+{
+	int rc = 0;
+	for (unsigned i = 1; i <= n; i++)
+		if (v->next_seq[i] != per) {
+			fprintf(stderr, "FAIL: writer %u has %llu of %llu entries\n", i,
+				(unsigned long long)v->next_seq[i], (unsigned long long)per);
+			failures++;
+			rc = -1;
+		}
+	return rc;
+}
+
 static void rm_dir(const char *d)
 {
 	char cmd[512];
@@ -312,13 +326,7 @@ static int test_concurrent(void)
 	v->max = 16384;
 	int rc = verify_log(port, v);
 	if (!rc)
-		for (unsigned i = 0; i < nw; i++)
-			if (v->next_seq[i + 1] != per) {
-				fprintf(stderr, "FAIL: writer %u has %llu of %u entries\n", i + 1,
-					(unsigned long long)v->next_seq[i + 1], per);
-				failures++;
-				rc = -1;
-			}
+		rc = check_counts(v, nw, per);
 	printf("concurrent: %u writers x %u entries (1..16384 B), %llu entries read back and "
 	       "checked in %.1f s\n",
 	       nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
@@ -373,13 +381,8 @@ static int test_crash(void)
 	v->min = 1;
 	v->max = 16384;
 	int rc = verify_log(port, v);
-	for (int i = 0; !rc && i < NW; i++)
-		if (v->next_seq[i + 1] != PER) {
-			fprintf(stderr, "FAIL: writer %d has %llu of %d\n", i + 1,
-				(unsigned long long)v->next_seq[i + 1], PER);
-			failures++;
-			rc = -1;
-		}
+	if (!rc)
+		rc = check_counts(v, NW, PER);
 	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted: "
 	       "%llu recovered, writers resumed resending %llu; %llu entries, every writer "
 	       "complete, none lost or duplicated\n",

@@ -120,6 +120,10 @@ uint32_t log_imm_out(uint32_t kind, uint64_t val);
  * sequence it can name. */
 uint64_t log_seq_extend(uint64_t base, uint32_t val28);
 
+/* A line to a log hook (fn may be NULL: silent). */
+void log_say(wimm_log_fn fn, void *arg, enum wimm_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Monotonic milliseconds. */
 int64_t log_now_ms(void);
 /* Connect, retrying while nothing listens yet (a restarting server), until

@@ -1,6 +1,7 @@
 /* The wire formats of the log service: CRC32C, little-endian encodings of
  * the hello, resume, error, request, record and statistics, the two imm
  * layouts, and small helpers shared by server, writer and reader. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <threads.h>
@@ -265,6 +266,18 @@ uint64_t log_seq_extend(uint64_t base, uint32_t val28)
 {
 	uint64_t d = ((uint32_t)base - val28) & LOG_VAL_MASK;
 	return d > base ? 0 : base - d;
+}
+
+void log_say(wimm_log_fn fn, void *arg, enum wimm_log_level lvl, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	if (!fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fn(arg, lvl, buf);
 }
 
 int64_t log_now_ms(void)

@@ -75,19 +75,7 @@ struct wimm_log_server {
 	long spin_us;
 };
 
-static void say(const struct wimm_log_server *s, enum wimm_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(const struct wimm_log_server *s, enum wimm_log_level lvl, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	if (!s->log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	s->log(s->log_arg, lvl, buf);
-}
+#define say(obj, lvl, ...) log_say((obj)->log, (obj)->log_arg, lvl, __VA_ARGS__)
 
 static unsigned char *ctl_of(struct sconn *k)
 {

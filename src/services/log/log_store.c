@@ -57,19 +57,7 @@ struct log_store {
 	size_t sync_n, sync_cap;
 };
 
-static void say(const struct log_store *st, enum wimm_log_level lvl, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(const struct log_store *st, enum wimm_log_level lvl, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	if (!st->log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	st->log(st->log_arg, lvl, buf);
-}
+#define say(obj, lvl, ...) log_say((obj)->log, (obj)->log_arg, lvl, __VA_ARGS__)
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -86,11 +74,14 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
-static int full_pread(int fd, void *buf, size_t len, uint64_t off)
+/* pread or pwrite all of len bytes at off (EINTR retried). */
+static int full_pio(int fd, void *buf, size_t len, uint64_t off, int wr)
 {
 	size_t done = 0;
 	while (done < len) {
-		ssize_t r = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+		char *p = (char *)buf + done;
+		off_t at = (off_t)(off + done);
+		ssize_t r = wr ? pwrite(fd, p, len - done, at) : pread(fd, p, len - done, at);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -100,18 +91,9 @@ static int full_pread(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-static int full_write(int fd, const void *buf, size_t len)
+static int full_pread(int fd, void *buf, size_t len, uint64_t off)
 {
-	size_t done = 0;
-	while (done < len) {
-		ssize_t r = write(fd, (const char *)buf + done, len - done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		done += (size_t)r;
-	}
-	return 0;
+	return full_pio(fd, buf, len, off, 0);
 }
 
 long log_store_writer_find(struct log_store *st, uint64_t id, int create)
@@ -299,7 +281,7 @@ static int new_segment(struct log_store *st)
 	log_put64(h + 16, no);
 	log_put64(h + 24, st->entries);
 	log_put32(h + 32, wimm_log_crc32c(0, h, 32));
-	if (fd < 0 || full_write(fd, h, SEG_HDR) || fsync(fd) || fsync(st->dirfd)) {
+	if (fd < 0 || full_pio(fd, h, SEG_HDR, 0, 1) || fsync(fd) || fsync(st->dirfd)) {
 		say(st, WIMM_LOG_ERROR, "cannot create segment %s/%s: %s", st->dir, name,
 		    strerror(errno));
 		if (fd >= 0)
@@ -350,8 +332,6 @@ static int recover(struct log_store *st)
 				    strerror(errno));
 				return WIMM_E_PERM;
 			}
-		if (lseek(last->fd, (off_t)last->size, SEEK_SET) < 0)
-			return WIMM_E_PERM;
 	} else {
 		rc = new_segment(st);
 		if (rc)
@@ -445,7 +425,7 @@ int log_store_flush(struct log_store *st)
 	if (!st->stage_len)
 		return 0;
 	struct seg *s = &st->segs[st->nsegs - 1];
-	if (full_write(s->fd, st->stage, st->stage_len)) {
+	if (full_pio(s->fd, st->stage, st->stage_len, s->size, 1)) {
 		say(st, WIMM_LOG_ERROR, "cannot write segment %016llx%s in %s: %s",
 		    (unsigned long long)s->no, SEG_SUFFIX, st->dir, strerror(errno));
 		return WIMM_E_PERM;
