@@ -6,7 +6,8 @@
  *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input
  *
  * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
- * writers x 100k entries. */
+ * writers x 100k entries (about 52 GB of segments in TMPDIR);
+ * WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose another shape. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -306,6 +307,12 @@ static int test_concurrent(void)
 {
 	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
 	unsigned nw = long_run ? 64 : 16, per = long_run ? 100000 : 2000;
+	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
+	const char *ew = getenv("WIMM_LOG_TEST_WRITERS"), *ee = getenv("WIMM_LOG_TEST_ENTRIES");
+	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
+		nw = (unsigned)atoi(ew);
+	if (ee && atoi(ee) > 0)
+		per = (unsigned)atoi(ee);
 	struct proc srv, w[MAX_PROCS];
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
