@@ -1,6 +1,7 @@
 /* `wimm log serve | append | tail | stat | bench`. */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,53 @@ static int append_one(struct wimm_log_writer *w, const struct append_opts *o, co
 	}
 }
 
+/* stdin lines, read with read(2) so that the writer is polled (its
+ * heartbeats, its acks) while no line comes. */
+struct lines {
+	unsigned char *buf;
+	size_t len, cap, start;
+	int eof;
+};
+
+static int next_line(struct lines *l, struct wimm_log_writer *w, const unsigned char **line,
+		     size_t *len)
+{
+	for (;;) {
+		unsigned char *p = l->buf + l->start;
+		unsigned char *nl = l->len > l->start ? memchr(p, '\n', l->len - l->start) : NULL;
+		if (nl || (l->eof && l->start < l->len)) {
+			*line = p;
+			*len = nl ? (size_t)(nl - p) : l->len - l->start;
+			l->start = nl ? (size_t)(nl - l->buf) + 1 : l->len;
+			return 1;
+		}
+		if (l->eof)
+			return 0;
+		memmove(l->buf, p, l->len - l->start);
+		l->len -= l->start;
+		l->start = 0;
+		if (l->cap - l->len < 65536) {
+			unsigned char *n = realloc(l->buf, l->cap * 2 + 65536);
+			if (!n)
+				cli_die("out of memory");
+			l->buf = n;
+			l->cap = l->cap * 2 + 65536;
+		}
+		struct pollfd pf = {.fd = 0, .events = POLLIN};
+		if (poll(&pf, 1, 200) == 0) {
+			wimm_log_writer_poll(w);
+			continue;
+		}
+		ssize_t r = read(0, l->buf + l->len, l->cap - l->len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			l->eof = 1;
+		else
+			l->len += (size_t)r;
+	}
+}
+
 static int wait_all(struct wimm_log_writer *w, const struct append_opts *o, uint64_t seq)
 {
 	enum wimm_log_ack lvl = o->visible ? WIMM_LOG_VISIBLE : WIMM_LOG_DURABLE;
@@ -251,11 +299,11 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 		cli_fail(ctx, rc, "log append: connect to %s", addr);
 	uint64_t first = 0, seq = 0, n = 0;
 	unsigned char *buf = NULL;
-	size_t cap = 0;
+	const unsigned char *data = NULL;
+	struct lines in = {0};
 	int status = 0;
 	if (o->gen) {
-		cap = o->max ? o->max : 1;
-		buf = malloc(cap);
+		buf = malloc(o->max ? o->max : 1);
 		if (!buf)
 			cli_die("out of memory");
 	}
@@ -268,16 +316,11 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 			wimm_log_writer_state(w, &ws);
 			len = log_gen_size(o->id, ws.appended + 1, o->min, o->max);
 			log_gen_fill(buf, len, o->id, ws.appended + 1);
-		} else {
-			ssize_t r = getline((char **)&buf, &cap, stdin);
-			if (r < 0)
-				break;
-			len = (size_t)r;
-			if (len && buf[len - 1] == '\n')
-				len--;
+		} else if (!next_line(&in, w, &data, &len)) {
+			break;
 		}
 		crash_point();
-		status = append_one(w, o, buf, len, n, &seq);
+		status = append_one(w, o, o->gen ? buf : data, len, n, &seq);
 		if (status)
 			break;
 		if (!first)
@@ -311,6 +354,7 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 	}
 	wimm_log_writer_close(&w, o->visible ? 0 : 5000);
 	free(buf);
+	free(in.buf);
 	wimm_ctx_close(&ctx);
 	return status;
 }

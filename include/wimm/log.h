@@ -210,7 +210,10 @@ enum wimm_log_ack {
  * appended), TIMEDOUT, DISCONNECTED, PROTO. */
 int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level, int timeout_ms);
 
-/* Take the acknowledgements that arrived, without waiting. */
+/* Take the acknowledgements that arrived, without waiting. A writer that
+ * neither appends nor waits must call this at least every liveness_ms / 4
+ * of its context (libwimm's heartbeats), or the server drops it as silent.
+ * Errors: INVAL, DISCONNECTED, PROTO (as wimm_log_append). */
 int wimm_log_writer_poll(struct wimm_log_writer *w);
 
 /* Where the writer stands: the last sequence appended, acknowledged
