@@ -230,7 +230,7 @@ static int next_line(struct lines *l, struct wimm_log_writer *w, const unsigned 
 		     size_t *len)
 {
 	for (;;) {
-		unsigned char *p = l->buf + l->start;
+		unsigned char *p = l->buf ? l->buf + l->start : NULL;
 		unsigned char *nl = l->len > l->start ? memchr(p, '\n', l->len - l->start) : NULL;
 		if (nl || (l->eof && l->start < l->len)) {
 			*line = p;
@@ -240,9 +240,11 @@ static int next_line(struct lines *l, struct wimm_log_writer *w, const unsigned 
 		}
 		if (l->eof)
 			return 0;
-		memmove(l->buf, p, l->len - l->start);
-		l->len -= l->start;
-		l->start = 0;
+		if (l->start) {
+			memmove(l->buf, p, l->len - l->start);
+			l->len -= l->start;
+			l->start = 0;
+		}
 		if (l->cap - l->len < 65536) {
 			unsigned char *n = realloc(l->buf, l->cap * 2 + 65536);
 			if (!n)

@@ -553,6 +553,21 @@ static int test_bad_input(void)
 		 (const char *)body);
 	CHECK(l && strcmp(l, want) == 0, "tail printed '%s', expected '%s'", l ? l : "", want);
 	CHECK(proc_wait(&p, 10000) == 0, "tail --count 1 did not exit: %s", p.errtext);
+	/* stdin lines (the last without a newline) as entries. */
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "printf 'alpha\\nbeta' | '%s' log append %s -f %s --id 7",
+		 wimm_bin, addr, fabric);
+	char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+	CHECK(run(&p, sh) == 0, "append from stdin: %s", p.errtext);
+	char *tail2[] = {(char *)wimm_bin, "log", "tail",    addr, "-f", (char *)fabric,
+			 "--from",	   "5",	  "--count", "2",  NULL};
+	CHECK(spawn(&p, tail2) == 0, "spawn");
+	const char *l1 = proc_line(&p, 10000);
+	CHECK(l1 && strcmp(l1, "5 5 78d92f81 7:1 alpha") == 0, "tail printed '%s'", l1 ? l1 : "");
+	const char *l2 = proc_line(&p, 10000);
+	CHECK(l2 && strstr(l2, "6 4 ") == l2 && strstr(l2, " 7:2 beta"), "tail printed '%s'",
+	      l2 ? l2 : "");
+	CHECK(proc_wait(&p, 10000) == 0, "tail --count 2 did not exit: %s", p.errtext);
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
 	printf("bad_input: uncreatable, non-directory, foreign and truncated directories refused "
@@ -577,6 +592,18 @@ int main(int argc, char **argv)
 	snprintf(dir, sizeof(dir), "%s/wimm-log-test-%d",
 		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	rm_dir(dir);
+	/* CRC32C: the standard check value, and a longer run (slicing-by-8)
+	 * against a bit-at-a-time reference. */
+	unsigned char run_bytes[1000];
+	for (int i = 0; i < 1000; i++)
+		run_bytes[i] = (unsigned char)(i * 7);
+	if (wimm_log_crc32c(0, "123456789", 9) != 0xe3069283u ||
+	    wimm_log_crc32c(0, run_bytes, sizeof(run_bytes)) != 0x79a16ae6u ||
+	    wimm_log_crc32c(wimm_log_crc32c(0, run_bytes, 333), run_bytes + 333, 667) !=
+		0x79a16ae6u) {
+		fprintf(stderr, "FAIL: wimm_log_crc32c gives wrong values\n");
+		return 1;
+	}
 	int rc;
 	if (!strcmp(argv[3], "concurrent"))
 		rc = test_concurrent();
