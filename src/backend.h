@@ -151,6 +151,12 @@ struct wimm_backend_ops {
 	 * (or never) is kept aside, never waited for: timeout 0 never blocks.
 	 * The listener fd is readable while anything is pending there. */
 	int (*get_request)(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
+	/* Optional: 1 when a request is pending, after driving the CM's
+	 * progress, for providers whose listener fd does not say so reliably
+	 * (libfabric tcp reads a connector's CM data from a socket its EQ fd
+	 * does not watch). The core asks every few milliseconds. NULL: the
+	 * listener fd is exact. */
+	int (*listener_pending)(void *blis);
 	/* The connector's address as text ("host:port", "[v6]:port"). */
 	int (*request_peer)(void *breq, char *buf, size_t len);
 	/* Refuse a request, handing the connector the core's reject message
@@ -210,6 +216,10 @@ extern const struct wimm_backend_ops wimm_verbs_ops;
 
 /* Core services for backends. */
 void wimm_ctx_set_provider_error(struct wimm_ctx *ctx, int prov_err, const char *text);
+/* For a backend's blocking wait (a connect): send the heartbeats of the
+ * context's other connections that are due, so their peers do not take
+ * the wait for silence. Cheap when nothing is due. */
+void wimm_ctx_keepalive(struct wimm_ctx *ctx);
 
 /* Split "host:port" / "[v6]:port" / ":port" into host and port strings.
  * WIMM_E_ADDR when malformed. */

@@ -289,6 +289,8 @@ int wimm_connect(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_
 	}
 	ret = ops_of(c)->connect(c->bconn, host, port, hs, (size_t)hs_len, reply, &reply_len,
 				 timeout_ms);
+	/* No connection was polled meanwhile: their silence starts now. */
+	wimm_ctx_forgive(ctx);
 	/* A wimm listener that refuses says why, the same way on every fabric. */
 	if ((ret == 0 || ret == WIMM_E_REFUSED) &&
 	    wimm_hs_decode_reject(reply, reply_len, &reason)) {

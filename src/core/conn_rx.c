@@ -167,14 +167,18 @@ int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_
 	/* After the DISCONNECT nothing more of the connection is reported. */
 	if (c->state == CONN_DOWN)
 		return 0;
-	c->since_ns = now_ns;
 	switch (q->kind) {
 	case WIMM_CQE_CONN_UP:
+		c->since_ns = now_ns;
 		if (c->state == CONN_ESTABLISHING)
 			became_up(c);
 		return 0;
 	case WIMM_CQE_RECV_WRITE_IMM:
 	case WIMM_CQE_RECV_SEND_IMM:
+		/* Only what comes from the peer is a sign of its life: our own
+		 * completions say nothing on a transport that completes a send
+		 * once it is in a socket buffer. */
+		c->since_ns = now_ns;
 		if (c->state == CONN_ESTABLISHING)
 			became_up(c);
 		return on_doorbell(c, q, ev);
@@ -188,14 +192,24 @@ int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_
 		fill_event(ev, c, q, WIMM_EV_SEND_DONE);
 		return 1;
 	case WIMM_CQE_SEND_ERROR:
-		/* A failed write of ours is the connection's failure, which
-		 * comes as its own CONN_DOWN; it is no operation of the user's. */
-		if (q->internal)
+		/* A failed write of ours (a credit return, a heartbeat) is the
+		 * connection's failure, whether or not the transport says so
+		 * with a CONN_DOWN of its own: drop it now. */
+		if (q->internal) {
+			conn_drop(c, q->status ? q->status : WIMM_E_DISCONNECTED,
+				  "a write of the library's own failed at the transport");
 			return 0;
+		}
 		settle_pending(c, q->op_seq);
 		c->st.errors++;
 		fill_event(ev, c, q, WIMM_EV_ERROR);
-		return 1;
+		if (q->status != WIMM_E_DISCONNECTED)
+			return 1;
+		/* The operation failed because the connection is gone: its
+		 * ERROR, then the DISCONNECT. */
+		wimm_ctx_push_event(c->ctx, ev);
+		conn_drop(c, WIMM_E_DISCONNECTED, "an operation failed: the connection is gone");
+		return 0;
 	case WIMM_CQE_CONN_DOWN: {
 		int status = q->status ? q->status : WIMM_E_DISCONNECTED;
 		mark_down(c, status);
@@ -313,6 +327,21 @@ static void send_heartbeat(struct wimm_conn *c, int64_t now_ns)
 	}
 }
 
+void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns)
+{
+	if (c->state != CONN_UP)
+		return;
+	int64_t period = hb_period_ns(c);
+	if (period && (c->hb_sent_ns == 0 || now_ns - c->hb_sent_ns >= period))
+		send_heartbeat(c, now_ns);
+}
+
+void wimm_conn_forgive(struct wimm_conn *c, int64_t now_ns)
+{
+	if (c->since_ns < now_ns)
+		c->since_ns = now_ns;
+}
+
 void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 {
 	if (c->state == CONN_DOWN)
@@ -323,7 +352,7 @@ void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 		return;
 	}
 	/* Anything the peer wrote into our control words is a sign of life,
-	 * as is every completion (wimm_conn_on_cqe). */
+	 * as is every doorbell (wimm_conn_on_cqe). */
 	uint64_t credit = __atomic_load_n(&c->ctl_in[CTL_CREDIT], __ATOMIC_ACQUIRE);
 	uint64_t hb = __atomic_load_n(&c->ctl_in[CTL_HEARTBEAT], __ATOMIC_ACQUIRE);
 	if (credit != c->seen_credit || hb != c->seen_hb) {
@@ -337,7 +366,5 @@ void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 		conn_drop(c, WIMM_E_TIMEDOUT, "nothing heard from the peer within liveness_ms");
 		return;
 	}
-	int64_t period = hb_period_ns(c);
-	if (period && (c->hb_sent_ns == 0 || now_ns - c->hb_sent_ns >= period))
-		send_heartbeat(c, now_ns);
+	wimm_conn_heartbeat(c, now_ns);
 }

@@ -21,6 +21,9 @@ int wimm_ctx_push_event(struct wimm_ctx *ctx, const struct wimm_event *ev);
 uint32_t wimm_ctx_liveness_ms(const struct wimm_ctx *ctx);
 /* The context's counters, for the modules that count. */
 struct wimm_ctx_stats *wimm_ctx_counters(struct wimm_ctx *ctx);
+/* After a blocking wait in which no connection was polled: give every
+ * connection a fresh silence bound (its heartbeats may wait unread). */
+void wimm_ctx_forgive(struct wimm_ctx *ctx);
 /* Drive the backend until cond(arg) holds, the deadline passes (then
  * TIMEDOUT) or an error; events found meanwhile are kept. */
 int wimm_ctx_progress_until(struct wimm_ctx *ctx, int (*cond)(void *arg), void *arg,
@@ -61,6 +64,10 @@ int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_
 		     int64_t now_ns);
 /* Heartbeats and the silence check; called every liveness_ms / 8. */
 void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns);
+/* The heartbeat alone, when due (wimm_ctx_keepalive). */
+void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns);
+/* We were not looking (a blocking connect): the silence starts now. */
+void wimm_conn_forgive(struct wimm_conn *c, int64_t now_ns);
 /* The application saw a doorbell of c. */
 void wimm_conn_on_delivered(struct wimm_conn *c);
 /* Fold c's counters into the context's (when c is deleted). */

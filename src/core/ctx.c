@@ -21,6 +21,8 @@
 #define TICK_OFF_NS 1000000000LL
 #define TICK_MIN_NS 10000000LL
 #define STARVED_WAKE_NS 1000000LL
+/* How often listeners are asked directly where their fd is not exact. */
+#define PENDING_CHECK_NS 5000000LL
 /* A spinning wait reads the clock once per this many empty polls. */
 #define WAIT_POLLS_PER_CLOCK 8
 
@@ -64,6 +66,11 @@ struct wimm_ctx {
 	size_t bl_cap, bl_head, bl_count;
 	int listeners;
 	int64_t next_listener_check_ns;
+	/* Listeners, for a backend whose listener fd is not exact. */
+	struct wimm_listener **lis;
+	int lis_cap;
+	int64_t next_pending_check_ns;
+	int64_t next_keepalive_ns;
 };
 
 void wimm_ctx_log(struct wimm_ctx *ctx, enum wimm_log_level level, const char *fmt, ...)
@@ -223,6 +230,7 @@ int wimm_ctx_close(struct wimm_ctx **pctx)
 	close(ctx->epfd);
 	free(ctx->backlog);
 	free(ctx->rel);
+	free(ctx->lis);
 	free(ctx);
 	*pctx = NULL;
 	return 0;
@@ -523,6 +531,25 @@ static int release_slots(struct wimm_ctx *ctx)
 	return 0;
 }
 
+void wimm_ctx_keepalive(struct wimm_ctx *ctx)
+{
+	int64_t now = wimm_coarse_ns();
+
+	if (now < ctx->next_keepalive_ns)
+		return;
+	ctx->next_keepalive_ns = now + ctx->tick_ns;
+	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
+		wimm_conn_heartbeat(c, now);
+}
+
+void wimm_ctx_forgive(struct wimm_ctx *ctx)
+{
+	int64_t now = wimm_coarse_ns();
+
+	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
+		wimm_conn_forgive(c, now);
+}
+
 /* Heartbeats, silence and set-up timeouts, every tick_ns. */
 static void liveness_tick(struct wimm_ctx *ctx, int64_t now)
 {
@@ -607,16 +634,26 @@ int wimm_ctx_watch_listener(struct wimm_ctx *ctx, struct wimm_listener *l, int f
 {
 	if (add) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
+		if (ctx->listeners == ctx->lis_cap) {
+			int cap = ctx->lis_cap ? 2 * ctx->lis_cap : 4;
+			struct wimm_listener **n = realloc(ctx->lis, (size_t)cap * sizeof(*n));
+			if (!n)
+				return WIMM_E_NOMEM;
+			ctx->lis = n;
+			ctx->lis_cap = cap;
+		}
 		if (fd >= 0 && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			wimm_ctx_set_provider_error(ctx, errno, strerror(errno));
 			return WIMM_E_PROVIDER;
 		}
-		ctx->listeners++;
+		ctx->lis[ctx->listeners++] = l;
 		return 0;
 	}
 	if (fd >= 0)
 		epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, fd, NULL);
-	ctx->listeners--;
+	for (int i = 0; i < ctx->listeners; i++)
+		if (ctx->lis[i] == l)
+			ctx->lis[i] = ctx->lis[--ctx->listeners];
 	return 0;
 }
 
@@ -633,6 +670,23 @@ static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 		memset(&ev[got], 0, sizeof(ev[got]));
 		ev[got].type = WIMM_EV_CONNECT;
 		ev[got].listener = ready[i].data.ptr;
+		got++;
+	}
+	/* Where the fd is not exact, ask the listeners themselves now and
+	 * then (those the fd already named are reported). */
+	int64_t t = wimm_coarse_ns();
+	if (!ctx->ops->listener_pending || got >= n || t < ctx->next_pending_check_ns)
+		return got;
+	ctx->next_pending_check_ns = t + PENDING_CHECK_NS;
+	for (int j = 0; j < ctx->listeners && got < n; j++) {
+		int named = 0;
+		for (int i = 0; i < got; i++)
+			named |= ev[i].listener == ctx->lis[j];
+		if (named || ctx->ops->listener_pending(wimm_listener_blis(ctx->lis[j])) != 1)
+			continue;
+		memset(&ev[got], 0, sizeof(ev[got]));
+		ev[got].type = WIMM_EV_CONNECT;
+		ev[got].listener = ctx->lis[j];
 		got++;
 	}
 	return got;
@@ -752,8 +806,10 @@ int wimm_wait(struct wimm_ctx *ctx, struct wimm_event *ev, int n, enum wimm_wait
 			continue;
 		spinning = 0;
 		int64_t left_ms = deadline == INT64_MAX ? -1 : (deadline - t + 999999) / 1000000;
-		/* Sleep in slices so a listener request is reported promptly. */
-		ret = ctx_block(ctx, left_ms < 0 || left_ms > 1000 ? 1000 : (int)left_ms);
+		/* Sleep in slices so a listener request is reported promptly
+		 * (short ones where the listener fd is not exact). */
+		int slice = ctx->listeners && ctx->ops->listener_pending ? 5 : 1000;
+		ret = ctx_block(ctx, left_ms < 0 || left_ms > slice ? slice : (int)left_ms);
 		if (ret)
 			return ret;
 	}

@@ -180,6 +180,21 @@ static int ofi_pep_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *re
 	}
 }
 
+/* libfabric tcp reads a connector's CM data from a socket that the
+ * listener's EQ fd does not watch, so a request can be complete while the
+ * fd stays quiet: a peek drives the CM's progress and tells. */
+int ofi_listener_pending(void *blis)
+{
+	struct ofi_lis *l = blis;
+	uint8_t buf[sizeof(struct fi_eq_cm_entry) + 64];
+	uint32_t event;
+
+	if (!l->pep)
+		return 0; /* RDM: the epoll fd of the sockets is exact */
+	ssize_t r = fi_eq_read(l->eq, &event, buf, sizeof(buf), FI_PEEK);
+	return r > 0 || r == -FI_EAVAIL || r == -FI_ETOOSMALL ? 1 : 0;
+}
+
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len)
 {
 	struct ofi_lis *l = blis;
@@ -349,7 +364,10 @@ static int ofi_wait_connected(struct ofi_conn *c, int64_t deadline)
 	struct ofi_ctx *x = c->ctx;
 
 	while (!c->connected && !c->cm_err) {
-		ssize_t r = ofi_eq_one(x, wimm_remaining_ms(deadline));
+		/* The other connections' heartbeats go on while we wait. */
+		wimm_ctx_keepalive(x->core);
+		int left = wimm_remaining_ms(deadline);
+		ssize_t r = ofi_eq_one(x, left > 100 ? 100 : left);
 
 		if (r == -FI_EAGAIN || r == -FI_ETIMEDOUT) {
 			if (wimm_remaining_ms(deadline) > 0)

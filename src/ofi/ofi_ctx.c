@@ -512,6 +512,7 @@ const struct wimm_backend_ops wimm_ofi_ops = {
     .listener_close = ofi_listener_close,
     .listener_fd = ofi_listener_fd,
     .get_request = ofi_get_request,
+    .listener_pending = ofi_listener_pending,
     .request_peer = ofi_request_peer,
     .reject = ofi_reject,
     .conn_new = ofi_conn_new,

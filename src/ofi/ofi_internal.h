@@ -225,6 +225,7 @@ int ofi_listener_fd(void *blis);
 int ofi_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
 void ofi_reject(void *breq, const uint8_t *msg, size_t len);
 int ofi_request_peer(void *breq, char *buf, size_t len);
+int ofi_listener_pending(void *blis);
 void ofi_conn_shutdown(void *bconn);
 int ofi_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
 		uint8_t *reply, size_t *reply_len, int timeout_ms);

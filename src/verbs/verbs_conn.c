@@ -77,7 +77,9 @@ static int verbs_cm_wait(struct verbs_conn *c, int64_t deadline)
 		left = deadline - wimm_now_ms();
 		if (left <= 0)
 			return verbs_err(vc, WIMM_E_TIMEDOUT, ETIMEDOUT, "rdma_cm: timed out");
-		if (poll(&pfd, 1, left > 1000 ? 1000 : (int)left) < 0 && errno != EINTR)
+		/* The other connections' heartbeats go on while we wait. */
+		wimm_ctx_keepalive(vc->core);
+		if (poll(&pfd, 1, left > 100 ? 100 : (int)left) < 0 && errno != EINTR)
 			return verbs_err(vc, WIMM_E_PROVIDER, errno, "poll: %s", strerror(errno));
 	}
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "wimm.h"
 
@@ -164,10 +165,46 @@ extern const struct conf_test conf_tests_handshake_cm[];
 extern const struct conf_test conf_tests_requests[];
 extern const struct conf_test conf_tests_hostile[];
 extern const struct conf_test conf_tests_counter[];
+extern const struct conf_test conf_tests_server[];
+extern const struct conf_test conf_tests_server_scale[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
 int conf_requests_child(int argc, char **argv);
+
+/* ------------------------------------------- server tests' child peers */
+
+/* A child peer process (conf_server.c): this program re-run as
+ * `--server-child ROLE URI ARGS...` (under `ip netns exec NS` if netns),
+ * dying with the test; it reports lines on st and reads commands on cmd. */
+struct srv_peer {
+	pid_t pid;
+	int st, cmd;
+	char buf[512];
+	size_t len;
+	int eof;
+	char why[256]; /* its last "fail ..." line */
+};
+int srv_peer_spawn(struct srv_peer *p, const char *netns, const char *const *argv);
+/* Next line the child said, without blocking: 1, 0 (none yet), -1 (EOF). */
+int srv_peer_line(struct srv_peer *p, char *line, size_t len);
+int srv_peer_cmd(struct srv_peer *p, char c);
+/* Its exit status (128 + signal if killed), -1 if it did not exit in time. */
+int srv_peer_exit(struct srv_peer *p, int timeout_ms);
+void srv_peer_kill(struct srv_peer *p);
+void srv_peer_reap(struct srv_peer *p); /* kill, wait, close the pipes */
+int srv_needs_park(const char *uri);
+/* A wimm_ctx_attr.log hook: the first warnings and errors as diagnostics. */
+void srv_log(void *arg, enum wimm_log_level level, const char *msg);
+void srv_raise_nofile(void);
+/* The child's side: a status line, a failure line (returns 1), the next
+ * command byte (0 if none; exits when the test is gone), a context. */
+void child_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int child_fail(struct wimm_ctx *ctx, const char *what, int rc);
+int child_cmd(int block);
+int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx);
+int conf_server_child_main(int argc, char **argv);
+int conf_server_scale_child(int argc, char **argv);
 
 #endif

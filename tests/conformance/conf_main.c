@@ -23,9 +23,9 @@
 #define DEFAULT_TIMEOUT_S 60
 
 static const struct conf_test *const tables[] = {
-    conf_tests_input,	conf_tests_handshake_cm, conf_tests_data, conf_tests_bounds,
-    conf_tests_credit,	conf_tests_failure,	 conf_tests_wait, conf_tests_requests,
-    conf_tests_hostile, conf_tests_counter,
+    conf_tests_input,	conf_tests_handshake_cm, conf_tests_data,   conf_tests_bounds,
+    conf_tests_credit,	conf_tests_failure,	 conf_tests_wait,   conf_tests_requests,
+    conf_tests_hostile, conf_tests_counter,	 conf_tests_server, conf_tests_server_scale,
 };
 
 /* What a test process reports back to the runner. */
@@ -160,6 +160,8 @@ int main(int argc, char **argv)
 	conf_self = realpath(argv[0], self) ? self : argv[0];
 	if (argc >= 2 && strcmp(argv[1], "--child") == 0)
 		return conf_child_main(argc - 2, argv + 2);
+	if (argc >= 2 && strcmp(argv[1], "--server-child") == 0)
+		return conf_server_child_main(argc - 2, argv + 2);
 	if (argc >= 2 && strcmp(argv[1], "--list") == 0) {
 		for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
 			for (const struct conf_test *t = tables[i]; t->name; t++)
