@@ -106,7 +106,7 @@ struct wimm_log_server_attr {
 int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 			 const struct wimm_log_server_attr *attr, struct wimm_log_server **out);
 
-/* The port the server listens on. */
+/* The port the server listens on (useful after ":0"), or WIMM_E_INVAL. */
 int wimm_log_server_port(const struct wimm_log_server *s);
 
 /* One turn of the server's loop: wait up to timeout_ms (-1 forever, 0 poll)
@@ -135,10 +135,12 @@ struct wimm_log_stat {
 	uint32_t ring_size;	/* bytes of each writer's ring */
 	uint32_t max_conns;	/* connections served at once */
 };
+/* Fill *out. Errors: INVAL. Same thread as wimm_log_server_run. */
 int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out);
 
 /* Flush and fsync what was taken, acknowledge it durable, close every
- * connection, the listener and the segment files. *s is cleared. */
+ * connection, the listener and the segment files; ctx stays open. *s is
+ * cleared; NULL is accepted. Returns 0 or PERM (the last fsync failed). */
 int wimm_log_server_close(struct wimm_log_server **s);
 
 /* ------------------------------------------------------------------ writer */
@@ -176,9 +178,11 @@ struct wimm_log_writer_attr {
 
 /* Connect to the log server at addr ("host:port") and learn where this
  * writer's sequence stands. Waits up to attr->timeout_ms. Errors: INVAL,
- * PROTO (a sequence gap, or the server speaks another protocol:
- * wimm_log_writer_error says which), AGAIN (the server has no free
- * connection), the errors of wimm_connect, NOMEM. */
+ * PROTO (a sequence gap, or the server speaks another protocol: the reason
+ * goes to attr->log), TIMEDOUT (no server answered in time; while the
+ * server has no free connection, WIMM_E_AGAIN, it is tried again), the
+ * errors of wimm_connect, NOMEM. The writer owns ctx's events from now on:
+ * use ctx for nothing else while it lives. */
 int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 			 const struct wimm_log_writer_attr *attr, struct wimm_log_writer **out);
 
@@ -224,6 +228,7 @@ struct wimm_log_writer_state {
 	uint32_t ring_size;
 	uint64_t resent; /* entries sent again by reconnects */
 };
+/* Errors: INVAL. */
 int wimm_log_writer_state(const struct wimm_log_writer *w, struct wimm_log_writer_state *out);
 
 /* Connect again (the server restarted or the connection dropped), waiting
@@ -260,8 +265,10 @@ struct wimm_log_entry {
 typedef int (*wimm_log_entry_fn)(void *arg, const struct wimm_log_entry *e);
 
 /* Connect to the log server at addr as a reader with a window of
- * window_bytes (0 = 4 MiB; at least one ring). Errors as
- * wimm_log_writer_open. */
+ * window_bytes (0 = 4 MiB, at least 4096), waiting up to timeout_ms (0 or
+ * less: 10000). An entry larger than the window cannot be read (the
+ * server refuses the read: PROTO). Errors: INVAL, NOMEM, TIMEDOUT, PROTO,
+ * the errors of wimm_connect. Like a writer, a reader owns ctx's events. */
 int wimm_log_reader_open(struct wimm_ctx *ctx, const char *addr, size_t window_bytes,
 			 int timeout_ms, struct wimm_log_reader **out);
 
@@ -274,9 +281,12 @@ int wimm_log_reader_open(struct wimm_ctx *ctx, const char *addr, size_t window_b
 int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_log_entry_fn fn,
 		  void *arg, int timeout_ms);
 
-/* The server's statistics (wimm_log_server_stat, from afar). */
+/* The server's statistics (wimm_log_server_stat, from afar). Errors as
+ * wimm_log_read. */
 int wimm_log_reader_stat(struct wimm_log_reader *r, struct wimm_log_stat *out, int timeout_ms);
 
+/* Close the connection and free the reader; *r is cleared, NULL is
+ * accepted. Returns 0. */
 int wimm_log_reader_close(struct wimm_log_reader **r);
 
 #if defined(WIMM_LOG_BUILDING) && defined(__GNUC__)
