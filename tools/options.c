@@ -42,6 +42,8 @@ static const char usage_commands[] =
     "       wimm rate [flags] [HOST]       message rate (a server without HOST)\n"
     "       wimm doctor [flags] [HOST]     why a write-with-imm is not seen (wimm doctor --help)\n"
     "       wimm kv serve|put|get|del|stat|bench   the key-value slot pool (wimm kv --help)\n"
+    "       wimm log SUBCOMMAND ...        the remote log service: serve, append, tail, stat,\n"
+    "                                      bench (wimm log --help)\n"
     "       wimm --version | --help\n"
     "       wimm COMMAND --help            the flags of one command\n";
 

@@ -4,6 +4,7 @@
  *   wimm pingpong [flags] [HOST] latency of the four notification strategies
  *   wimm rate [flags] [HOST]     message rate of the same
  *   wimm kv ...                  the key-value slot pool service (kv_cmd.c)
+ *   wimm log SUBCOMMAND ...       the remote log service (log_cmd.c)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "cli.h"
 #include "doctor.h"
 #include "kv_cmd.h"
+#include "log_cmd.h"
 
 static int run_info(int argc, char **argv)
 {
@@ -56,6 +58,8 @@ int main(int argc, char **argv)
 		return doctor_main(argc - 1, argv + 1);
 	if (strcmp(command, "kv") == 0)
 		return kv_main(argc - 1, argv + 1);
+	if (strcmp(command, "log") == 0)
+		return log_main(argc - 1, argv + 1);
 
 	enum bench_mode mode;
 	if (strcmp(command, "pingpong") == 0) {

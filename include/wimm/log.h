@@ -1,0 +1,299 @@
+/* wimm/log.h: a remote append-only log on write-with-imm (libwimm_log).
+ *
+ * The source article's first scenario as a building block: writers append
+ * entries into rings in the server's memory, ONE write-with-imm per entry,
+ * and the server learns of each entry from its completion. On top of
+ * libwimm's public API only.
+ *
+ * Server (struct wimm_log_server): every connection gets its own slice of
+ * one registered arena as its window (so a writer cannot touch another
+ * writer's ring). Entries of one writer are taken in the completion order
+ * of its connection; each gets a global position (0, 1, 2, ...) in the log.
+ * Taken entries go to segment files in a directory and are fsynced in
+ * groups (one fsync for everything taken since the last one).
+ *
+ * Writer (struct wimm_log_writer): wimm_log_append() is one write-with-imm
+ * of the entry into the writer's ring, imm = {len:16, seq:12, flag:4}; an
+ * entry longer than 65535 wire bytes carries its length in a 4-byte header
+ * (flag LONG); an entry that does not fit before the ring's end starts at 0
+ * (flag WRAP: the rest of the ring is padding). Each entry carries a CRC32C
+ * of its bytes. Two acknowledgement levels come back as zero-length
+ * doorbells, imm = {kind:4, seq:28}: VISIBLE (the server took the
+ * completion; readers can see the entry) and DURABLE (the entry is in a
+ * segment file and fsynced). Ring space is reused once the entry is durable,
+ * so a writer can resend whatever the server might have lost.
+ *
+ * Recovery: a restarted server scans its segment files, keeps every whole
+ * entry (CRC32C checked) and cuts a torn tail. A writer that reconnects
+ * (wimm_log_writer_reconnect) resumes from the server's position: it sends
+ * again what was not acknowledged durable, and the server drops entries it
+ * already holds by (writer id, sequence), so nothing is duplicated.
+ *
+ * Reader (struct wimm_log_reader): reads entries from a position (the
+ * server writes them into the reader's window with write-with-imm) and the
+ * server's statistics.
+ *
+ * Not here yet: replication (an ensemble of servers, ack quorum, fencing)
+ * and retention / truncation by position.
+ *
+ * Conventions are libwimm's: 0 or a count on success, a negative WIMM_E_*
+ * on failure; wimm_x_close(&x) accepts NULL and clears the pointer. Thread
+ * safety: each object belongs to the thread that uses its context (one
+ * thread at a time); distinct objects on distinct contexts are independent.
+ * The CRC function is thread-safe.
+ */
+#ifndef WIMM_LOG_H
+#define WIMM_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <wimm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(WIMM_LOG_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* Wire bytes an entry costs beyond its payload: the CRC32C trailer, and a
+ * 4-byte length header when the wire length exceeds 65535 bytes. */
+#define WIMM_LOG_TRAILER 4u
+#define WIMM_LOG_LONG_HEADER 4u
+
+/* CRC32C (Castagnoli, reflected 0x82F63B78) of len bytes, continuing from
+ * crc (0 to start). Software table implementation. Thread-safe. */
+uint32_t wimm_log_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* ------------------------------------------------------------------ server */
+
+struct wimm_log_server;
+
+struct wimm_log_server_attr {
+	/* The directory of the segment files (required). Created when it does
+	 * not exist. It must hold nothing but wimm log files. */
+	const char *dir;
+	/* Bytes of each writer's ring, 4096..64 MiB, a multiple of 8; 0 = 1 MiB.
+	 * The largest entry a writer can append is a ring minus its wire
+	 * overhead. */
+	uint32_t ring_size;
+	/* Connections (writers and readers) served at once; 0 = 72. The
+	 * arena is max_conns * ring_size bytes. Further requests are
+	 * rejected with WIMM_E_AGAIN. */
+	uint32_t max_conns;
+	/* A segment file is closed and the next one begun past this many
+	 * bytes; 0 = 256 MiB. */
+	uint64_t segment_bytes;
+	/* Microseconds the loop polls for events before it sleeps; 0 = 50.
+	 * Larger values trade a core for latency. */
+	uint32_t spin_us;
+	/* Where the server says what it refused, dropped or recovered (one
+	 * line, no newline); NULL: silent. */
+	wimm_log_fn log;
+	void *log_arg;
+};
+
+/* Open the log in attr->dir (recovering what a previous server left),
+ * listen on listen_addr ("0.0.0.0:7480", ":0" for any port). The server
+ * owns ctx's event loop from now on: use ctx for nothing else while it
+ * lives. Errors: INVAL (NULL args, bad sizes), PERM (the directory cannot
+ * be created, read or written, or another server holds it), PROTO (the
+ * directory holds a file that is not a wimm log segment, or a segment that
+ * is truncated or corrupt before its end; the log line names the file),
+ * NOMEM, the errors of wimm_listen. On error nothing in dir is changed. */
+int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
+			 const struct wimm_log_server_attr *attr, struct wimm_log_server **out);
+
+/* The port the server listens on (useful after ":0"), or WIMM_E_INVAL. */
+int wimm_log_server_port(const struct wimm_log_server *s);
+
+/* One turn of the server's loop: wait up to timeout_ms (-1 forever, 0 poll)
+ * for events, accept connections, take the entries that arrived, write them
+ * to the segment file, acknowledge them visible, fsync (group commit) and
+ * acknowledge them durable, and answer readers. Returns the number of
+ * entries taken (0: none). Errors: PROVIDER and the errors of wimm_wait;
+ * IO-level failures (a failed write or fsync) are PERM: the server can no
+ * longer promise durability and must be closed. */
+int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms);
+
+/* What the log holds and what the server did. */
+struct wimm_log_stat {
+	uint64_t entries;	/* next position: entries in the log */
+	uint64_t bytes;		/* payload bytes in the log */
+	uint64_t durable;	/* entries [0, durable) are fsynced */
+	uint64_t recovered;	/* entries found at open */
+	uint64_t torn_bytes;	/* bytes of a torn tail cut at open */
+	uint64_t segments;	/* segment files */
+	uint64_t fsyncs;	/* group commits */
+	uint64_t duplicates;	/* entries dropped: already in the log */
+	uint64_t writers;	/* writers connected now */
+	uint64_t readers;	/* readers connected now */
+	uint64_t writers_known; /* distinct writer ids in the log */
+	uint64_t refused;	/* connections refused or dropped for bad input */
+	uint32_t ring_size;	/* bytes of each writer's ring */
+	uint32_t max_conns;	/* connections served at once */
+};
+/* Fill *out. Errors: INVAL. Same thread as wimm_log_server_run. */
+int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out);
+
+/* Flush and fsync what was taken, acknowledge it durable, close every
+ * connection, the listener and the segment files; ctx stays open. *s is
+ * cleared; NULL is accepted. Returns 0 or PERM (the last fsync failed). */
+int wimm_log_server_close(struct wimm_log_server **s);
+
+/* ------------------------------------------------------------------ writer */
+
+struct wimm_log_writer;
+
+enum wimm_log_writer_flags {
+	/* Announce each entry with a plain write plus a separate send (two
+	 * operations), the article's baseline: for benchmarks only. */
+	WIMM_LOG_WRITER_SEND_NOTICE = 1u << 0,
+	/* Say hello with the first doorbell rather than in the connect's
+	 * private data, as on fabrics without private data (verbs): for
+	 * tests of that path. */
+	WIMM_LOG_WRITER_INBAND_HELLO = 1u << 1,
+};
+
+struct wimm_log_writer_attr {
+	/* The writer's identity in the log (entries are deduplicated by
+	 * (id, seq)); 0 is not allowed. A writer reconnecting or restarting
+	 * with the same id continues its sequence. */
+	uint64_t id;
+	/* Sequence number the first append gets; 0: one past the last entry
+	 * the log holds for this id (1 for a new id). A value past that is a
+	 * sequence gap and refused (WIMM_E_PROTO). */
+	uint64_t first_seq;
+	/* How long open and reconnect try (the server may be restarting);
+	 * 0 = 10000 ms. */
+	int timeout_ms;
+	unsigned flags; /* WIMM_LOG_WRITER_* */
+	/* Where the writer says why the server refused it (the text of
+	 * wimm_log_writer_error); NULL: silent. */
+	wimm_log_fn log;
+	void *log_arg;
+};
+
+/* Connect to the log server at addr ("host:port") and learn where this
+ * writer's sequence stands. Waits up to attr->timeout_ms. Errors: INVAL,
+ * PROTO (a sequence gap, or the server speaks another protocol: the reason
+ * goes to attr->log), TIMEDOUT (no server answered in time; while the
+ * server has no free connection, WIMM_E_AGAIN, it is tried again), the
+ * errors of wimm_connect, NOMEM. The writer owns ctx's events from now on:
+ * use ctx for nothing else while it lives. */
+int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
+			 const struct wimm_log_writer_attr *attr, struct wimm_log_writer **out);
+
+enum wimm_log_append_flags {
+	/* No ring space or credit: wait (driving progress, taking acks)
+	 * instead of failing with WIMM_E_AGAIN; bounded by timeout_ms of the
+	 * writer's attr (then WIMM_E_TIMEDOUT, nothing appended). */
+	WIMM_LOG_WAIT = 1u << 0,
+};
+
+/* Append len bytes (0 allowed) as one entry: ONE write-with-imm. *seq (if
+ * not NULL) gets the entry's sequence number. data is copied; the caller
+ * may reuse it at once. Errors, each with nothing appended: INVAL, TOOBIG
+ * (the entry is larger than the ring or the fabric's largest message),
+ * AGAIN (the ring holds no room until more entries are durable, or no
+ * credit), TIMEDOUT, DISCONNECTED (the connection is gone: call
+ * wimm_log_writer_reconnect; what was appended is kept and sent again),
+ * PROTO (the server refused this writer: wimm_log_writer_error). */
+int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, unsigned flags,
+		    uint64_t *seq);
+
+enum wimm_log_ack {
+	WIMM_LOG_VISIBLE = 1, /* the server took the completion */
+	WIMM_LOG_DURABLE = 2, /* in a segment file and fsynced */
+};
+
+/* Wait up to timeout_ms (-1 forever, 0 poll) until entry seq (and every
+ * one before it) is acknowledged at level. Errors: INVAL (seq not yet
+ * appended), TIMEDOUT, DISCONNECTED, PROTO. */
+int wimm_log_wait(struct wimm_log_writer *w, uint64_t seq, enum wimm_log_ack level, int timeout_ms);
+
+/* Take the acknowledgements that arrived, without waiting. A writer that
+ * neither appends nor waits must call this at least every liveness_ms / 4
+ * of its context (libwimm's heartbeats), or the server drops it as silent.
+ * Errors: INVAL, DISCONNECTED, PROTO (as wimm_log_append). */
+int wimm_log_writer_poll(struct wimm_log_writer *w);
+
+/* Where the writer stands: the last sequence appended, acknowledged
+ * visible and durable (0: none), and how many entries wait for durable. */
+struct wimm_log_writer_state {
+	uint64_t appended, visible, durable;
+	uint64_t pending;
+	uint32_t ring_size;
+	uint64_t resent; /* entries sent again by reconnects */
+};
+/* Errors: INVAL. */
+int wimm_log_writer_state(const struct wimm_log_writer *w, struct wimm_log_writer_state *out);
+
+/* Connect again (the server restarted or the connection dropped), waiting
+ * up to the attr's timeout_ms; resumes at the server's position and sends
+ * again every entry not acknowledged durable (the server drops those it
+ * already has). Errors as wimm_log_writer_open. */
+int wimm_log_writer_reconnect(struct wimm_log_writer *w);
+
+/* Why the server refused this writer (a sequence gap, a bad entry, another
+ * connection of the same id) or why the connection was lost, or "" if
+ * neither happened. Never NULL. */
+const char *wimm_log_writer_error(const struct wimm_log_writer *w);
+
+/* Wait up to timeout_ms for every entry to be durable (-1 forever, 0 not
+ * at all), then close. Returns 0, TIMEDOUT or DISCONNECTED (closed anyway,
+ * entries possibly not durable). *w is cleared. */
+int wimm_log_writer_close(struct wimm_log_writer **w, int timeout_ms);
+
+/* ------------------------------------------------------------------ reader */
+
+struct wimm_log_reader;
+
+/* One entry as read: valid during the callback only. */
+struct wimm_log_entry {
+	uint64_t pos;	    /* global position */
+	uint64_t writer_id; /* who appended it */
+	uint64_t seq;	    /* its sequence number of that writer */
+	uint32_t len;	    /* payload bytes */
+	uint32_t crc;	    /* CRC32C of the payload, checked */
+	const void *data;
+};
+
+/* Called for each entry; a nonzero return stops the read there. */
+typedef int (*wimm_log_entry_fn)(void *arg, const struct wimm_log_entry *e);
+
+/* Connect to the log server at addr as a reader with a window of
+ * window_bytes (0 = 4 MiB, at least 4096), waiting up to timeout_ms (0 or
+ * less: 10000). An entry larger than the window cannot be read (the
+ * server refuses the read: PROTO). Errors: INVAL, NOMEM, TIMEDOUT, PROTO,
+ * the errors of wimm_connect. Like a writer, a reader owns ctx's events. */
+int wimm_log_reader_open(struct wimm_ctx *ctx, const char *addr, size_t window_bytes,
+			 int timeout_ms, struct wimm_log_reader **out);
+
+/* Read entries from position `from` on, at most max of them (0: as many as
+ * fit the window), calling fn for each in position order. Returns how many
+ * were read: 0 when the log holds nothing at `from` yet. Each entry's
+ * CRC32C is checked (PROTO on a mismatch: nothing after it is delivered).
+ * Errors: INVAL, TIMEDOUT (no answer within timeout_ms), DISCONNECTED,
+ * PROTO. */
+int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_log_entry_fn fn,
+		  void *arg, int timeout_ms);
+
+/* The server's statistics (wimm_log_server_stat, from afar). Errors as
+ * wimm_log_read. */
+int wimm_log_reader_stat(struct wimm_log_reader *r, struct wimm_log_stat *out, int timeout_ms);
+
+/* Close the connection and free the reader; *r is cleared, NULL is
+ * accepted. Returns 0. */
+int wimm_log_reader_close(struct wimm_log_reader **r);
+
+#if defined(WIMM_LOG_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WIMM_LOG_H */

@@ -1,0 +1,620 @@
+/* The log service as separate processes: `wimm log serve` and writers
+ * (`wimm log append`) spawned from here, every entry read back through
+ * libwimm_log's reader and checked (per-writer order, CRC32C, contents,
+ * nothing lost or duplicated).
+ *
+ *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input
+ *
+ * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
+ * writers x 100k entries (about 52 GB of segments in TMPDIR);
+ * WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose another shape. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <wimm/log.h>
+
+#include "log_cmd.h"
+
+#define MAX_SIZE 16384
+#define MAX_PROCS 80
+
+static const char *wimm_bin, *fabric;
+/* How a process is killed mid-stream: SIGKILL, or on ofi:shm SIGUSR1, which
+ * makes it SIGKILL itself between two calls (WIMM_LOG_CRASH_ON_USR1: a shm
+ * peer killed inside a provider call leaves its peers spinning). */
+static int kill_sig = SIGKILL;
+static char dir[256];
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			failures++;                                                                \
+			return -1;                                                                 \
+		}                                                                                  \
+	} while (0)
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------ processes */
+
+struct proc {
+	pid_t pid;
+	int out, err; /* pipes of its stdout and stderr */
+	char line[256];
+	size_t got;
+	uint64_t durable; /* the last "durable N" it printed */
+	uint64_t resent;  /* from a writer's summary line */
+	uint64_t entries; /* from a server's "listening" line: recovered */
+	int status;
+	char errtext[4096];
+	size_t errlen;
+};
+
+static int spawn(struct proc *p, char *const argv[])
+{
+	int o[2], e[2];
+	memset(p, 0, sizeof(*p));
+	if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC))
+		return -1;
+	fflush(stdout);
+	fflush(stderr);
+	p->pid = fork();
+	if (p->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(o[1], 1);
+		dup2(e[1], 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(o[1]);
+	close(e[1]);
+	p->out = o[0];
+	p->err = e[0];
+	fcntl(p->out, F_SETFL, O_NONBLOCK);
+	fcntl(p->err, F_SETFL, O_NONBLOCK);
+	return p->pid < 0 ? -1 : 0;
+}
+
+/* Read what the process printed; returns a complete stdout line or NULL. */
+static const char *proc_line(struct proc *p, int timeout_ms)
+{
+	for (;;) {
+		char *nl = memchr(p->line, '\n', p->got);
+		if (nl) {
+			static char out[256];
+			size_t n = (size_t)(nl - p->line);
+			memcpy(out, p->line, n);
+			out[n] = '\0';
+			memmove(p->line, nl + 1, p->got - n - 1);
+			p->got -= n + 1;
+			unsigned long long d;
+			const char *rs = strstr(out, "(resent ");
+			if (sscanf(out, "durable %llu", &d) == 1 && d > p->durable)
+				p->durable = d;
+			if (rs && sscanf(rs, "(resent %llu", &d) == 1)
+				p->resent = d;
+			return out;
+		}
+		struct pollfd pf = {.fd = p->out, .events = POLLIN};
+		if (p->got == sizeof(p->line) - 1)
+			p->got = 0;
+		if (poll(&pf, 1, timeout_ms) <= 0)
+			return NULL;
+		ssize_t r = read(p->out, p->line + p->got, sizeof(p->line) - 1 - p->got);
+		if (r <= 0)
+			return NULL;
+		p->got += (size_t)r;
+	}
+}
+
+static void proc_drain(struct proc *p)
+{
+	while (proc_line(p, 0))
+		;
+	ssize_t r;
+	while (p->errlen < sizeof(p->errtext) - 1 &&
+	       (r = read(p->err, p->errtext + p->errlen, sizeof(p->errtext) - 1 - p->errlen)) > 0)
+		p->errlen += (size_t)r;
+	p->errtext[p->errlen] = '\0';
+}
+
+/* Wait for the process to end (draining its output); its exit status, or
+ * -1 after timeout_ms (it is then killed). */
+static int proc_wait(struct proc *p, int timeout_ms)
+{
+	int64_t end = now_ms() + timeout_ms;
+	for (;;) {
+		proc_drain(p);
+		pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+		if (r == p->pid) {
+			proc_drain(p);
+			close(p->out);
+			close(p->err);
+			return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128;
+		}
+		if (now_ms() > end) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &p->status, 0);
+			proc_drain(p);
+			fprintf(stderr, "process %d timed out; stderr:\n%s\n", (int)p->pid,
+				p->errtext);
+			close(p->out);
+			close(p->err);
+			return -1;
+		}
+		struct pollfd pf[2] = {{.fd = p->out, .events = POLLIN},
+				       {.fd = p->err, .events = POLLIN}};
+		poll(pf, 2, 20);
+	}
+}
+
+static int server_start(struct proc *p, int port, const char *extra1, const char *extra2)
+{
+	char portbuf[16];
+	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	char *argv[] = {(char *)wimm_bin, "log",    "serve",	 "--dir",  dir,	    "-f",
+			(char *)fabric,	  "--host", "127.0.0.1", "--port", portbuf, (char *)extra1,
+			(char *)extra2,	  NULL};
+	if (spawn(p, argv))
+		return -1;
+	const char *l = proc_line(p, 15000);
+	int got = 0;
+	const char *ent = l ? strstr(l, "entries=") : NULL;
+	if (ent)
+		p->entries = strtoull(ent + 8, NULL, 10);
+	if (!l || sscanf(l, "listening port=%d", &got) != 1) {
+		proc_wait(p, 2000);
+		fprintf(stderr, "the server did not start: %s\n", p->errtext);
+		return -1;
+	}
+	return got;
+}
+
+static int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const char *size,
+			const char *extra)
+{
+	char addr[64], idb[32], nb[32];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
+	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
+	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
+			(char *)fabric,	  "--id",	idb,	       "--gen",	     nb,
+			"--size",	  (char *)size, "--reconnect", "--progress", "50",
+			(char *)extra,	  NULL};
+	return spawn(p, argv);
+}
+
+/* ---------------------------------------------------------- verification */
+
+struct verify {
+	uint64_t next_pos, total;
+	uint64_t next_seq[MAX_PROCS + 1]; /* by writer id 1..MAX_PROCS */
+	size_t min, max;
+	unsigned char buf[MAX_SIZE * 8];
+	int bad;
+	char why[256];
+};
+
+static int check_entry(void *arg, const struct wimm_log_entry *e)
+{
+	struct verify *v = arg;
+	if (e->pos != v->next_pos || e->writer_id == 0 || e->writer_id > MAX_PROCS) {
+		snprintf(v->why, sizeof(v->why), "position %llu: writer %llu (expected pos %llu)",
+			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
+			 (unsigned long long)v->next_pos);
+		v->bad = 1;
+		return 1;
+	}
+	uint64_t want = v->next_seq[e->writer_id] + 1;
+	size_t len = log_gen_size(e->writer_id, e->seq, v->min, v->max);
+	if (e->seq != want) {
+		snprintf(v->why, sizeof(v->why),
+			 "position %llu: writer %llu seq %llu, expected %llu (lost or duplicated)",
+			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
+			 (unsigned long long)e->seq, (unsigned long long)want);
+		v->bad = 1;
+		return 1;
+	}
+	log_gen_fill(v->buf, len, e->writer_id, e->seq);
+	if (e->len != len || memcmp(v->buf, e->data, len) != 0 ||
+	    wimm_log_crc32c(0, e->data, e->len) != e->crc) {
+		snprintf(v->why, sizeof(v->why), "position %llu: writer %llu seq %llu: wrong bytes",
+			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
+			 (unsigned long long)e->seq);
+		v->bad = 1;
+		return 1;
+	}
+	v->next_seq[e->writer_id] = e->seq;
+	v->next_pos++;
+	v->total++;
+	return 0;
+}
+
+/* Read the whole log at port and check every entry. */
+static int verify_log(int port, struct verify *v)
+{
+	struct wimm_ctx *ctx;
+	struct wimm_log_reader *r;
+	struct wimm_log_stat st;
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	int rc = wimm_ctx_open(fabric, NULL, &ctx);
+	CHECK(rc == 0, "open %s: %s", fabric, wimm_strerror(rc));
+	rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
+	CHECK(rc == 0, "reader: %s", wimm_strerror(rc));
+	rc = wimm_log_reader_stat(r, &st, 10000);
+	CHECK(rc == 0, "stat: %s", wimm_strerror(rc));
+	while (v->next_pos < st.entries) {
+		int n = wimm_log_read(r, v->next_pos, 0, check_entry, v, 10000);
+		if (n < 0 || v->bad)
+			break;
+		CHECK(n > 0, "no entry at %llu of %llu", (unsigned long long)v->next_pos,
+		      (unsigned long long)st.entries);
+	}
+	wimm_log_reader_close(&r);
+	wimm_ctx_close(&ctx);
+	CHECK(!v->bad, "%s", v->why);
+	CHECK(v->next_pos == st.entries, "read %llu of %llu entries",
+	      (unsigned long long)v->next_pos, (unsigned long long)st.entries);
+	return 0;
+}
+
+/* Writers 1..n each hold exactly per entries. */
+static int check_counts(const struct verify *v, unsigned n, uint64_t per)
+{
+	int rc = 0;
+	for (unsigned i = 1; i <= n; i++)
+		if (v->next_seq[i] != per) {
+			fprintf(stderr, "FAIL: writer %u has %llu of %llu entries\n", i,
+				(unsigned long long)v->next_seq[i], (unsigned long long)per);
+			failures++;
+			rc = -1;
+		}
+	return rc;
+}
+
+static void rm_dir(const char *d)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", d);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static int test_concurrent(void)
+{
+	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
+	unsigned nw = long_run ? 64 : 16, per = long_run ? 100000 : 2000;
+	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
+	const char *ew = getenv("WIMM_LOG_TEST_WRITERS"), *ee = getenv("WIMM_LOG_TEST_ENTRIES");
+	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
+		nw = (unsigned)atoi(ew);
+	if (ee && atoi(ee) > 0)
+		per = (unsigned)atoi(ee);
+	struct proc srv, w[MAX_PROCS];
+	int port = server_start(&srv, 0, NULL, NULL);
+	CHECK(port > 0, "server");
+	int64_t t0 = now_ms();
+	for (unsigned i = 0; i < nw; i++)
+		CHECK(writer_start(&w[i], port, i + 1, per, "1-16384", "--visible") == 0, "spawn");
+	int bad = 0;
+	for (unsigned i = 0; i < nw; i++) {
+		int st = proc_wait(&w[i], long_run ? 3600000 : 120000);
+		if (st != 0) {
+			fprintf(stderr, "writer %u: status %d: %s\n", i + 1, st, w[i].errtext);
+			bad++;
+		}
+	}
+	CHECK(!bad, "%d writers failed", bad);
+	struct verify *v = calloc(1, sizeof(*v));
+	v->min = 1;
+	v->max = 16384;
+	int rc = verify_log(port, v);
+	if (!rc)
+		rc = check_counts(v, nw, per);
+	printf("concurrent: %u writers x %u entries (1..16384 B), %llu entries read back and "
+	       "checked in %.1f s\n",
+	       nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
+	free(v);
+	kill(srv.pid, SIGTERM);
+	CHECK(proc_wait(&srv, 10000) == 0, "server exit on SIGTERM: %s", srv.errtext);
+	return rc;
+}
+
+static int test_crash(void)
+{
+	enum { NW = 4, PER = 3000 };
+	struct proc srv, w[NW];
+	int port = server_start(&srv, 0, NULL, NULL);
+	CHECK(port > 0, "server");
+	for (int i = 0; i < NW; i++)
+		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0,
+		      "spawn");
+	/* Mid-stream: every writer has something durable. */
+	int64_t end = now_ms() + 30000;
+	for (int i = 0; i < NW; i++)
+		while (w[i].durable < 300 && now_ms() < end)
+			proc_line(&w[i], 50);
+	for (int i = 0; i < NW; i++)
+		CHECK(w[i].durable >= 300, "writer %d reported no progress", i + 1);
+	kill(srv.pid, kill_sig);
+	proc_wait(&srv, 5000);
+	CHECK(WIFSIGNALED(srv.status) && WTERMSIG(srv.status) == SIGKILL,
+	      "the server was not killed");
+	uint64_t acked = 0;
+	for (int i = 0; i < NW; i++) {
+		while (proc_line(&w[i], 0))
+			;
+		acked += w[i].durable;
+	}
+	struct timespec ts = {0, 300 * 1000000};
+	nanosleep(&ts, NULL);
+	int port2 = server_start(&srv, port, NULL, NULL);
+	CHECK(port2 == port, "restart on port %d", port);
+	/* Every entry acknowledged durable was found by the recovery. */
+	CHECK(srv.entries >= acked, "recovered %llu entries, %llu were acknowledged durable",
+	      (unsigned long long)srv.entries, (unsigned long long)acked);
+	uint64_t resent = 0;
+	for (int i = 0; i < NW; i++) {
+		int st = proc_wait(&w[i], 120000);
+		CHECK(st == 0, "writer %d after the restart: status %d: %s", i + 1, st,
+		      w[i].errtext);
+		resent += w[i].resent;
+	}
+	CHECK(resent > 0, "no writer resent anything: did they reconnect?");
+	struct verify *v = calloc(1, sizeof(*v));
+	v->min = 1;
+	v->max = 16384;
+	int rc = verify_log(port, v);
+	if (!rc)
+		rc = check_counts(v, NW, PER);
+	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted: "
+	       "%llu recovered, writers resumed resending %llu; %llu entries, every writer "
+	       "complete, none lost or duplicated\n",
+	       (unsigned long long)acked, (unsigned long long)srv.entries,
+	       (unsigned long long)resent, (unsigned long long)v->total);
+	free(v);
+	kill(srv.pid, SIGTERM);
+	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
+	return rc;
+}
+
+static int test_writer_kill(void)
+{
+	struct proc srv, a, b, c, c2;
+	/* Three connections: the killed writer's slot must come back for c2. */
+	int port = server_start(&srv, 0, "--max-conns", "3");
+	CHECK(port > 0, "server");
+	CHECK(writer_start(&a, port, 1, 4000, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&b, port, 2, 4000, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&c, port, 3, 100000, "1-16384", NULL) == 0, "spawn");
+	int64_t end = now_ms() + 30000;
+	while (c.durable < 200 && now_ms() < end)
+		proc_line(&c, 50);
+	CHECK(c.durable >= 200, "writer 3 made no progress");
+	kill(c.pid, kill_sig);
+	proc_wait(&c, 5000);
+	CHECK(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL, "writer 3 was not killed");
+	CHECK(writer_start(&c2, port, 3, 500, "1-16384", NULL) == 0, "spawn");
+	int sa = proc_wait(&a, 120000), sb = proc_wait(&b, 120000), sc = proc_wait(&c2, 120000);
+	CHECK(sa == 0 && sb == 0, "the other writers: %d %d: %s %s", sa, sb, a.errtext, b.errtext);
+	CHECK(sc == 0, "the writer's successor (its slot reclaimed?): %d: %s", sc, c2.errtext);
+	struct verify *v = calloc(1, sizeof(*v));
+	v->min = 1;
+	v->max = 16384;
+	int rc = verify_log(port, v);
+	if (!rc && (v->next_seq[1] != 4000 || v->next_seq[2] != 4000 ||
+		    v->next_seq[3] < c.durable + 500)) {
+		fprintf(stderr, "FAIL: writers hold %llu %llu %llu entries\n",
+			(unsigned long long)v->next_seq[1], (unsigned long long)v->next_seq[2],
+			(unsigned long long)v->next_seq[3]);
+		failures++;
+		rc = -1;
+	}
+	printf("writer_kill: writer 3 SIGKILLed after %llu durable; the others finished, its "
+	       "successor resumed at its position (%llu entries of id 3, none duplicated)\n",
+	       (unsigned long long)c.durable, (unsigned long long)v->next_seq[3]);
+	free(v);
+	kill(srv.pid, SIGTERM);
+	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
+	return rc;
+}
+
+/* Run a wimm command to its end: its status, its stderr in p->errtext. */
+static int run(struct proc *p, char *const argv[])
+{
+	if (spawn(p, argv))
+		return -1;
+	return proc_wait(p, 30000);
+}
+
+static int expect_serve_error(const char *d, const char *needle)
+{
+	struct proc p;
+	char *argv[] = {(char *)wimm_bin, "log",    "serve", "--dir", (char *)d, "-f",
+			(char *)fabric,	  "--port", "0",     NULL};
+	int st = run(&p, argv);
+	CHECK(st == 2 && strstr(p.errtext, needle), "serve --dir %s: status %d, stderr: %s", d, st,
+	      p.errtext);
+	return 0;
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fwrite(data, 1, len, f);
+		fclose(f);
+	}
+}
+
+static int test_bad_input(void)
+{
+	char d[300], f[400];
+	struct stat sb;
+	/* A directory that cannot be created. */
+	CHECK(expect_serve_error("/proc/self/wimm-log", "cannot create directory") == 0, "mkdir");
+	/* Not a directory at all. */
+	snprintf(d, sizeof(d), "%s.file", dir);
+	write_file(d, "x", 1);
+	CHECK(expect_serve_error(d, "cannot open directory") == 0, "file");
+	unlink(d);
+	/* A foreign file: refused, and nothing is added to the directory. */
+	snprintf(d, sizeof(d), "%s.foreign", dir);
+	mkdir(d, 0755);
+	snprintf(f, sizeof(f), "%s/notes.txt", d);
+	write_file(f, "mine\n", 5);
+	CHECK(expect_serve_error(d, "foreign file 'notes.txt'") == 0, "foreign");
+	snprintf(f, sizeof(f), "%s/wimm-log.lock", d);
+	CHECK(stat(f, &sb) != 0, "a refused directory was changed");
+	rm_dir(d);
+	/* A truncated segment: refused and left as it is. */
+	snprintf(d, sizeof(d), "%s.trunc", dir);
+	mkdir(d, 0755);
+	snprintf(f, sizeof(f), "%s/0000000000000000.wlog", d);
+	write_file(f, "WIMMLOG\0\1\0", 10);
+	CHECK(expect_serve_error(d, "is truncated") == 0, "truncated");
+	CHECK(stat(f, &sb) == 0 && sb.st_size == 10, "the truncated segment was changed");
+	/* A segment of another format. */
+	write_file(f, "this is not a segment of a wimm log, but long enough to have a header\n",
+		   70);
+	CHECK(expect_serve_error(d, "not a wimm log segment") == 0, "foreign segment");
+	rm_dir(d);
+
+	/* A running server: an entry larger than the ring, a sequence gap. */
+	struct proc srv, p;
+	int port = server_start(&srv, 0, "--ring", "65536");
+	CHECK(port > 0, "server");
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	/* The hello as the first doorbell, as verbs (no private data) does. */
+	char *ok[] = {(char *)wimm_bin, "log", "append", addr, "-f",	 (char *)fabric,
+		      "--id",		"5",   "--gen",	 "3",  "--size", "100",
+		      "--inband-hello", NULL};
+	CHECK(run(&p, ok) == 0, "append: %s", p.errtext);
+	char *big[] = {(char *)wimm_bin, "log",	  "append", addr,    "-f",
+		       (char *)fabric,	 "--id",  "6",	    "--gen", "1",
+		       "--size",	 "70000", NULL};
+	int st = run(&p, big);
+	CHECK(st == 2 && strstr(p.errtext, "larger than the ring"), "big entry: %d: %s", st,
+	      p.errtext);
+	char *gap[] = {(char *)wimm_bin, "log",	 "append", addr,	  "-f",
+		       (char *)fabric,	 "--id", "5",	   "--first-seq", "10",
+		       "--gen",		 "1",	 "--size", "100",	  NULL};
+	st = run(&p, gap);
+	CHECK(st == 2 && strstr(p.errtext, "sequence gap"), "gap: %d: %s", st, p.errtext);
+	/* Nothing lost: writer 5 still holds 1..3, and goes on at 4. */
+	char *more[] = {(char *)wimm_bin, "log", "append", addr,  "-f", (char *)fabric, "--id", "5",
+			"--gen",	  "2",	 "--size", "100", NULL};
+	CHECK(run(&p, more) == 0 && strstr(p.line, "") != NULL, "append after the gap: %s",
+	      p.errtext);
+	struct verify *v = calloc(1, sizeof(*v));
+	v->min = v->max = 100;
+	int rc = verify_log(port, v);
+	if (!rc && (v->total != 5 || v->next_seq[5] != 5)) {
+		fprintf(stderr,
+			"FAIL: after bad input the log holds %llu entries (writer 5: %llu)\n",
+			(unsigned long long)v->total, (unsigned long long)v->next_seq[5]);
+		failures++;
+		rc = -1;
+	}
+	free(v);
+	/* tail prints position, length, CRC32C, writer:seq and the text. */
+	char *tail[] = {(char *)wimm_bin, "log", "tail",    addr, "-f", (char *)fabric,
+			"--from",	  "4",	 "--count", "1",  NULL};
+	CHECK(spawn(&p, tail) == 0, "spawn");
+	const char *l = proc_line(&p, 10000);
+	char want[160];
+	unsigned char body[100];
+	log_gen_fill(body, 100, 5, 5);
+	snprintf(want, sizeof(want), "4 100 %08x 5:5 %.100s", wimm_log_crc32c(0, body, 100),
+		 (const char *)body);
+	CHECK(l && strcmp(l, want) == 0, "tail printed '%s', expected '%s'", l ? l : "", want);
+	CHECK(proc_wait(&p, 10000) == 0, "tail --count 1 did not exit: %s", p.errtext);
+	/* stdin lines (the last without a newline) as entries. */
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "printf 'alpha\\nbeta' | '%s' log append %s -f %s --id 7",
+		 wimm_bin, addr, fabric);
+	char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+	CHECK(run(&p, sh) == 0, "append from stdin: %s", p.errtext);
+	char *tail2[] = {(char *)wimm_bin, "log", "tail",    addr, "-f", (char *)fabric,
+			 "--from",	   "5",	  "--count", "2",  NULL};
+	CHECK(spawn(&p, tail2) == 0, "spawn");
+	const char *l1 = proc_line(&p, 10000);
+	CHECK(l1 && strcmp(l1, "5 5 78d92f81 7:1 alpha") == 0, "tail printed '%s'", l1 ? l1 : "");
+	const char *l2 = proc_line(&p, 10000);
+	CHECK(l2 && strstr(l2, "6 4 ") == l2 && strstr(l2, " 7:2 beta"), "tail printed '%s'",
+	      l2 ? l2 : "");
+	CHECK(proc_wait(&p, 10000) == 0, "tail --count 2 did not exit: %s", p.errtext);
+	kill(srv.pid, SIGTERM);
+	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
+	printf("bad_input: uncreatable, non-directory, foreign and truncated directories refused "
+	       "unchanged; too big an entry and a sequence gap refused, nothing lost\n");
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input\n",
+			argv[0]);
+		return 2;
+	}
+	wimm_bin = argv[1];
+	fabric = argv[2];
+	signal(SIGPIPE, SIG_IGN);
+	if (strstr(fabric, "shm")) {
+		kill_sig = SIGUSR1;
+		setenv("WIMM_LOG_CRASH_ON_USR1", "1", 1);
+	}
+	snprintf(dir, sizeof(dir), "%s/wimm-log-test-%d",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+	rm_dir(dir);
+	/* CRC32C: the standard check value, and a longer run (slicing-by-8)
+	 * against a bit-at-a-time reference. */
+	unsigned char run_bytes[1000];
+	for (int i = 0; i < 1000; i++)
+		run_bytes[i] = (unsigned char)(i * 7);
+	if (wimm_log_crc32c(0, "123456789", 9) != 0xe3069283u ||
+	    wimm_log_crc32c(0, run_bytes, sizeof(run_bytes)) != 0x79a16ae6u ||
+	    wimm_log_crc32c(wimm_log_crc32c(0, run_bytes, 333), run_bytes + 333, 667) !=
+		0x79a16ae6u) {
+		fprintf(stderr, "FAIL: wimm_log_crc32c gives wrong values\n");
+		return 1;
+	}
+	int rc;
+	if (!strcmp(argv[3], "concurrent"))
+		rc = test_concurrent();
+	else if (!strcmp(argv[3], "crash"))
+		rc = test_crash();
+	else if (!strcmp(argv[3], "writer_kill"))
+		rc = test_writer_kill();
+	else if (!strcmp(argv[3], "bad_input"))
+		rc = test_bad_input();
+	else
+		return 2;
+	rm_dir(dir);
+	return rc || failures ? 1 : 0;
+}

@@ -1,0 +1,252 @@
+/* `wimm log bench`: append latency of the log service, visible and durable,
+ * at 64 B, 1200 B and 16 KiB, against the same appends announced by a plain
+ * write + a separate send (the source article's baseline), interleaved in
+ * the same run. The server runs in a child process on a fresh directory. */
+#include <dirent.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <wimm/log.h>
+
+#include "cli.h"
+#include "log_cmd.h"
+
+#define NSIZES 3
+static pid_t server_pid;
+static const size_t sizes[NSIZES] = {64, 1200, 16384};
+
+struct samples {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static void push(struct samples *s, uint64_t x)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 1024;
+		s->v = realloc(s->v, s->cap * sizeof(*s->v));
+		if (!s->v)
+			cli_die("out of memory");
+	}
+	s->v[s->n++] = x;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(struct samples *s, double p)
+{
+	if (!s->n)
+		return 0;
+	size_t i = (size_t)(p * (double)(s->n - 1) + 0.5);
+	return (double)s->v[i] / 1000.0;
+}
+
+static void rm_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[512];
+	while (d && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
+{
+	struct wimm_ctx *ctx;
+	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0,
+				  .flags = spin ? WIMM_CTX_POLLING : 0};
+	int rc = wimm_ctx_open(fabric, &a, &ctx);
+	if (rc)
+		cli_fail(NULL, rc, "log bench: open fabric %s", fabric);
+	return ctx;
+}
+
+static void say_server(void *arg, enum wimm_log_level lvl, const char *msg)
+{
+	(void)arg;
+	if (lvl <= WIMM_LOG_WARN)
+		fprintf(stderr, "wimm: log bench: server: %s\n", msg);
+}
+
+static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin)
+{
+	struct wimm_ctx *ctx = bench_ctx(fabric, spin);
+	struct wimm_log_server *s;
+	struct wimm_log_server_attr a = {
+	    .dir = dir, .spin_us = spin ? 1000000 : 0, .log = say_server};
+	int rc = wimm_log_server_open(ctx, "127.0.0.1:0", &a, &s);
+	if (rc)
+		cli_fail(ctx, rc, "log bench: server");
+	dprintf(wfd, "%d\n", wimm_log_server_port(s));
+	close(wfd);
+	for (;;) {
+		rc = wimm_log_server_run(s, 100);
+		if (rc < 0)
+			cli_fail(ctx, rc, "log bench: server loop");
+		if (getppid() == 1)
+			break;
+	}
+	wimm_log_server_close(&s);
+	wimm_ctx_close(&ctx);
+	_exit(0);
+}
+
+static void one(struct wimm_log_writer *w, const unsigned char *buf, size_t len,
+		enum wimm_log_ack lvl, struct samples *out)
+{
+	uint64_t seq, t0 = cli_now_ns();
+	int rc = wimm_log_append(w, buf, len, WIMM_LOG_WAIT, &seq);
+	if (!rc)
+		rc = wimm_log_wait(w, seq, lvl, 10000);
+	if (rc) {
+		int st;
+		if (server_pid > 0 && waitpid(server_pid, &st, WNOHANG) == server_pid)
+			fprintf(stderr, "wimm: log bench: the server ended: %s %d\n",
+				WIFSIGNALED(st) ? "signal" : "status",
+				WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+		cli_fail(NULL, rc, "log bench: append %zu bytes (%s)", len,
+			 wimm_log_writer_error(w));
+	}
+	if (out)
+		push(out, cli_now_ns() - t0);
+}
+
+int log_bench_main(int argc, char **argv)
+{
+	const char *fabric = "auto";
+	unsigned iters = 2000, rounds = 5, dur_iters = 40;
+	int spin = 0;
+	static const struct option opts[] = {{"rounds", 1, NULL, 'r'},
+					     {"spin", 0, NULL, 's'},
+					     {"durable-iters", 1, NULL, 'd'},
+					     {"help", 0, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "f:n:h", opts, NULL)) != -1) {
+		if (c == 'f')
+			fabric = optarg;
+		else if (c == 'n')
+			iters = (unsigned)strtoul(optarg, NULL, 0);
+		else if (c == 'r')
+			rounds = (unsigned)strtoul(optarg, NULL, 0);
+		else if (c == 'd')
+			dur_iters = (unsigned)strtoul(optarg, NULL, 0);
+		else if (c == 's')
+			spin = 1;
+		else {
+			fputs(
+			    "usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
+			    " [--durable-iters N] [--spin]\n"
+			    "  --spin  server and writers poll instead of sleeping (a core each)\n",
+			    c == 'h' ? stdout : stderr);
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (!iters || !rounds || !dur_iters) {
+		fputs("wimm: log bench: -n, --rounds and --durable-iters must be positive\n",
+		      stderr);
+		return 2;
+	}
+	char dir[] = "/tmp/wimm-log-bench-XXXXXX";
+	int pfd[2];
+	if (!mkdtemp(dir) || pipe(pfd))
+		cli_die("log bench: cannot make a directory or a pipe");
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(pfd[0]);
+		serve_child(fabric, dir, pfd[1], spin);
+	}
+	close(pfd[1]);
+	server_pid = pid;
+	char line[32] = "";
+	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
+	close(pfd[0]);
+	int port = got > 0 ? atoi(line) : 0;
+	if (pid < 0 || port <= 0) {
+		rm_dir(dir);
+		cli_die("log bench: the server did not start");
+	}
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	/* Two writers, each a context of its own: one write-with-imm per
+	 * append, and the baseline of write + separate send. */
+	struct wimm_ctx *ctx[2];
+	struct wimm_log_writer *w[2];
+	for (int m = 0; m < 2; m++) {
+		ctx[m] = bench_ctx(fabric, spin);
+		struct wimm_log_writer_attr a = {.id = 0xbe0c0 + (uint64_t)m,
+						 .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
+		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);
+		if (rc)
+			cli_fail(ctx[m], rc, "log bench: writer");
+	}
+	unsigned char *buf = malloc(sizes[NSIZES - 1]);
+	if (!buf)
+		cli_die("out of memory");
+	log_gen_fill(buf, sizes[NSIZES - 1], 1, 1);
+	struct samples s[NSIZES][2][2] = {0}; /* size, level, method */
+	for (unsigned r = 0; r < rounds; r++)
+		for (int z = 0; z < NSIZES; z++)
+			for (int m = 0; m < 2; m++) {
+				/* The other writer is polled between appends (outside
+				 * the timing), so its heartbeats keep it alive. */
+				struct wimm_log_writer *idle = w[1 - m];
+				for (unsigned i = 0; i < iters / 10; i++) { /* warm-up */
+					one(w[m], buf, sizes[z], WIMM_LOG_VISIBLE, NULL);
+					wimm_log_writer_poll(idle);
+				}
+				for (unsigned i = 0; i < iters; i++) {
+					one(w[m], buf, sizes[z], WIMM_LOG_VISIBLE, &s[z][0][m]);
+					wimm_log_writer_poll(idle);
+				}
+				for (unsigned i = 0; i < dur_iters; i++) {
+					one(w[m], buf, sizes[z], WIMM_LOG_DURABLE, &s[z][1][m]);
+					wimm_log_writer_poll(idle);
+				}
+			}
+	printf("wimm log bench: %s, %s, %u rounds interleaved, %u visible + %u durable appends "
+	       "per round, size and method; latency of append + wait, us\n",
+	       wimm_ctx_fabric(ctx[0]), spin ? "spinning" : "adaptive waits", rounds, iters,
+	       dur_iters);
+	printf("| size | ack | write_imm p50 | p99 | p99.9 | write+send p50 | p99 | p99.9 |"
+	       " ratio p50 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+	for (int z = 0; z < NSIZES; z++)
+		for (int l = 0; l < 2; l++) {
+			struct samples *a = &s[z][l][0], *b = &s[z][l][1];
+			qsort(a->v, a->n, sizeof(uint64_t), cmp_u64);
+			qsort(b->v, b->n, sizeof(uint64_t), cmp_u64);
+			printf("| %zu | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx |\n",
+			       sizes[z], l ? "durable" : "visible", pct(a, .5), pct(a, .99),
+			       pct(a, .999), pct(b, .5), pct(b, .99), pct(b, .999),
+			       pct(b, .5) / pct(a, .5));
+			free(a->v);
+			free(b->v);
+		}
+	for (int m = 0; m < 2; m++) {
+		wimm_log_writer_close(&w[m], 5000);
+		wimm_ctx_close(&ctx[m]);
+	}
+	free(buf);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	rm_dir(dir);
+	return 0;
+}
