@@ -816,11 +816,15 @@ static void t_hostile_overdraft(const char *uri)
 		  r.done, r.failed);
 	/* Never more than the window plus what was returned in time. */
 	CHECKF(s.doorbells < SENT, "all %d doorbells beyond the credits were delivered", SENT);
-	CHECKF(s.down, "the peer that ignored its credits is still connected");
-	/* On verbs the transport stops it first (no receive posted: RNR),
-	 * elsewhere the receiver's own count does. */
-	if (kind != RAW_CM)
+	/* On verbs the responder's receive queue bounds the peer itself: a
+	 * doorbell finds a posted receive or is refused with RNR, so how many
+	 * get through depends on how fast the server hands slots back, and
+	 * the receiver's count may never see an overdraft. Elsewhere the
+	 * receiver's own count drops the peer. */
+	if (kind != RAW_CM) {
+		CHECKF(s.down, "the peer that ignored its credits is still connected");
 		CHECK_RC(s.down_status, WIMM_E_OVERDRAFT);
+	}
 	struct wimm_ctx_stats st;
 	CHECK_OK(wimm_ctx_stats(a.p.sctx, &st));
 	if (kind != RAW_CM)

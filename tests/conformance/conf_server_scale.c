@@ -357,6 +357,12 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 
 		struct scale_id id = {SCALE_MAGIC, (uint16_t)proc, (uint32_t)i};
 		struct wimm_conn_attr attr = {.private_data = &id, .private_len = sizeof(id)};
+		struct wimm_fabric_limits lim;
+		/* verbs carries no private data (its REQ is full): go unnamed. */
+		if (wimm_ctx_limits(ctx, &lim) == 0 && lim.private_max < sizeof(id)) {
+			attr.private_data = NULL;
+			attr.private_len = 0;
+		}
 
 		rc = wimm_connect(ctx, addr, &attr, 20000, &c[i]);
 		if (rc) {
@@ -495,14 +501,25 @@ static int many_accept(struct many *m)
 		CHECK_OK(wimm_request_info(r, &info));
 		struct scale_id id;
 
-		CHECKF(info.private_len == sizeof(id), "request with %u bytes of private data",
-		       info.private_len);
-		memcpy(&id, info.private_data, sizeof(id));
-		int k = (int)id.proc * m->per + (int)id.idx;
-
-		CHECKF(id.magic == SCALE_MAGIC && id.idx < (uint32_t)m->per && k < m->total &&
-			   !m->conn[k],
-		       "bad or repeated client id %u/%u", id.proc, id.idx);
+		struct wimm_fabric_limits lim;
+		CHECK_OK(wimm_ctx_limits(m->ctx, &lim));
+		int k;
+		if (lim.private_max < sizeof(id)) {
+			/* Unnamed (verbs): the next free place, in accept order. */
+			CHECKF(info.private_len == 0, "request with %u bytes of private data",
+			       info.private_len);
+			for (k = 0; k < m->total && m->conn[k]; k++)
+				;
+			CHECKF(k < m->total, "more requests than clients (%d)", m->total);
+		} else {
+			CHECKF(info.private_len == sizeof(id),
+			       "request with %u bytes of private data", info.private_len);
+			memcpy(&id, info.private_data, sizeof(id));
+			k = (int)id.proc * m->per + (int)id.idx;
+			CHECKF(id.magic == SCALE_MAGIC && id.idx < (uint32_t)m->per &&
+				   k < m->total && !m->conn[k],
+			       "bad or repeated client id %u/%u", id.proc, id.idx);
+		}
 		struct wimm_conn_attr attr = {.user = (void *)(uintptr_t)(k + 1)};
 
 		uint64_t ta = conf_now_us();
