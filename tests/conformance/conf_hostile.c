@@ -689,23 +689,40 @@ static int shm_unenforced(int kind)
 	return 1;
 }
 
+/* The arena, a raw peer of the fabric's kind, connected: 0, or 1 when the
+ * test does not apply here (skipped), or -1 (a failure is recorded). */
+static int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena *a,
+			struct raw_peer *r, struct wimm_conn **hc, int *kind)
+{
+	const char *why;
+
+	*kind = raw_kind(uri, &why);
+	if (!*kind) {
+		conf_skip("%s", why);
+		return 1;
+	}
+	if (need_windows && shm_unenforced(*kind))
+		return 1;
+	if (arena_open(a, uri, depth) || raw_alloc(r, *kind))
+		return -1;
+	if (raw_connect(r, uri, a->addr, a->p.sctx, a->p.l, hc) || !*hc) {
+		conf_fail(__FILE__, __LINE__, "raw peer: %s", r->text);
+		return -1;
+	}
+	return 0;
+}
+
 static void t_hostile_outside_window(const char *uri)
 {
 	struct arena a;
 	struct raw_peer r = {0};
 	struct wimm_conn *hc = NULL;
-	const char *why;
-	int kind = raw_kind(uri, &why);
+	int kind, open = hostile_open(uri, 64, 1, &a, &r, &hc, &kind);
 
-	if (!kind) {
-		conf_skip("%s", why);
+	if (open > 0)
 		return;
-	}
-	if (shm_unenforced(kind))
-		return;
-	if (arena_open(&a, uri, 64) || raw_alloc(&r, kind))
+	if (open < 0)
 		goto out;
-	CHECKF(raw_connect(&r, uri, a.addr, a.p.sctx, a.p.l, &hc) == 0, "%s", r.text);
 	CHECK(hc != NULL);
 	CHECK_EQ(r.srv.window_len, HALF);
 	struct seen s = {.conn = hc};
@@ -739,18 +756,12 @@ static void t_hostile_old_key(const char *uri)
 	struct arena a;
 	struct raw_peer r = {0};
 	struct wimm_conn *hc = NULL;
-	const char *why;
-	int kind = raw_kind(uri, &why);
+	int kind, open = hostile_open(uri, 64, 1, &a, &r, &hc, &kind);
 
-	if (!kind) {
-		conf_skip("%s", why);
+	if (open > 0)
 		return;
-	}
-	if (shm_unenforced(kind))
-		return;
-	if (arena_open(&a, uri, 64) || raw_alloc(&r, kind))
+	if (open < 0)
 		goto out;
-	CHECKF(raw_connect(&r, uri, a.addr, a.p.sctx, a.p.l, &hc) == 0, "%s", r.text);
 	struct wimm_handshake first = r.srv;
 	struct seen s = {.conn = hc};
 	raw_close(&r);
@@ -790,16 +801,12 @@ static void t_hostile_overdraft(const char *uri)
 	struct arena a;
 	struct raw_peer r = {0};
 	struct wimm_conn *hc = NULL;
-	const char *why;
-	int kind = raw_kind(uri, &why);
+	int kind, open = hostile_open(uri, DEPTH, 0, &a, &r, &hc, &kind);
 
-	if (!kind) {
-		conf_skip("%s", why);
+	if (open > 0)
 		return;
-	}
-	if (arena_open(&a, uri, DEPTH) || raw_alloc(&r, kind))
+	if (open < 0)
 		goto out;
-	CHECKF(raw_connect(&r, uri, a.addr, a.p.sctx, a.p.l, &hc) == 0, "%s", r.text);
 	CHECK_EQ(r.srv.rx_depth, DEPTH);
 	struct seen s = {.conn = hc};
 	/* Ten windows' worth of doorbells, no look at the credit word. */
