@@ -109,6 +109,62 @@ static inline void wimm_cqe_conn_down(struct wimm_cqe *e, struct wimm_conn *conn
 	};
 }
 
+/* What every backend keeps per connection, written once here.
+ *
+ * The down-state machine: a connection is alive until its loss is found
+ * (pending: one CONN_DOWN to report, after what completed before it), then
+ * reported; later losses change nothing. */
+enum wimm_down_state { WIMM_DOWN_ALIVE = 0, WIMM_DOWN_PENDING, WIMM_DOWN_REPORTED };
+struct wimm_down {
+	enum wimm_down_state state;
+	int status, prov_err;
+};
+
+/* Found lost: 1 if it was alive (the first loss is the one reported). */
+static inline int wimm_down_mark(struct wimm_down *d, int status, int prov_err)
+{
+	if (d->state != WIMM_DOWN_ALIVE)
+		return 0;
+	d->state = WIMM_DOWN_PENDING;
+	d->status = status;
+	d->prov_err = prov_err;
+	return 1;
+}
+
+/* The connection's last word: fill *e once, 1 when it did. */
+static inline int wimm_down_emit(struct wimm_down *d, struct wimm_cqe *e, struct wimm_conn *conn)
+{
+	if (d->state != WIMM_DOWN_PENDING)
+		return 0;
+	d->state = WIMM_DOWN_REPORTED;
+	wimm_cqe_conn_down(e, conn, d->status, d->prov_err);
+	return 1;
+}
+
+/* Forced signals: an unsignaled send retires only through a later
+ * completion, so at most `every - 1` run in a row and a full send queue
+ * always holds a signaled one whose completion frees the slots. */
+struct wimm_signal_policy {
+	uint32_t every, run;
+};
+
+static inline void wimm_signal_init(struct wimm_signal_policy *p, uint32_t slots)
+{
+	p->every = slots / 2 ? slots / 2 : 1;
+	p->run = 0;
+}
+
+/* Must this send be signaled (the caller's wish, or the policy's)? */
+static inline int wimm_signal_needed(const struct wimm_signal_policy *p, int asked)
+{
+	return asked || p->run + 1 >= p->every;
+}
+
+static inline void wimm_signal_posted(struct wimm_signal_policy *p, int signaled)
+{
+	p->run = signaled ? 0 : p->run + 1;
+}
+
 struct wimm_backend_ops {
 	const char *scheme; /* "ofi", "verbs" */
 

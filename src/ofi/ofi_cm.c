@@ -478,8 +478,7 @@ void ofi_conn_shutdown(void *bconn)
 	c->connected = 0;
 	c->accepting = 0;
 	/* No CONN_DOWN of our own: the core already reported the drop. */
-	c->down_pending = 0;
-	c->down_reported = 1;
+	c->down.state = WIMM_DOWN_REPORTED;
 }
 
 int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)

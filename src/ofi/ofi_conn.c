@@ -250,7 +250,7 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->active = !req;
 	c->sq_depth = cfg->sq_depth ? cfg->sq_depth : 1;
 	c->tx_max = c->sq_depth + cfg->sq_reserve;
-	c->force_every = c->sq_depth / 2 ? c->sq_depth / 2 : 1;
+	wimm_signal_init(&c->sig, c->sq_depth);
 	c->rx_depth = cfg->rx_depth ? cfg->rx_depth : 1;
 	c->recv_size = cfg->recv_size;
 	c->tx = calloc(c->tx_max, sizeof(*c->tx));
@@ -394,7 +394,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	int complete;
 	ssize_t ret;
 
-	if (!c->enabled || c->down_pending || c->down_reported)
+	if (!c->enabled || c->down.state != WIMM_DOWN_ALIVE)
 		return WIMM_E_DISCONNECTED;
 	if (c->tx_head - c->tx_tail >= budget) {
 		ofi_conn_stash_cq(c);
@@ -404,7 +404,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	/* Unsignaled sends retire only through a later completion: force one
 	 * every sq_depth/2 so the queue space in use stays known. Reads always
 	 * complete (their bytes are only there then). */
-	complete = wr->signal || wr->op == WIMM_OP_READ || c->unsig + 1 >= c->force_every;
+	complete = wimm_signal_needed(&c->sig, wr->signal || wr->op == WIMM_OP_READ);
 	if (complete)
 		flags |= FI_COMPLETION;
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
@@ -428,7 +428,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
 	c->tx_head++;
-	c->unsig = complete ? 0 : c->unsig + 1;
+	wimm_signal_posted(&c->sig, complete);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
 		ofi_hot_add(c);

@@ -131,12 +131,10 @@ struct ofi_conn {
 	int cm_err;	   /* MSG: set-up failed (EQ error), -fi_errno */
 	uint8_t *cm_reply; /* MSG connect: where FI_CONNECTED's data goes */
 	size_t *cm_reply_len;
-	int cm_refused;	  /* ... by a wimm listener, its reason in cm_reply */
-	int accepting;	  /* MSG: fi_accept done, FI_CONNECTED not yet seen */
-	int up_pending;	  /* CONN_UP found, not yet returned */
-	int down_pending; /* CONN_DOWN found, not yet returned */
-	int down_reported;
-	int down_status, down_prov;
+	int cm_refused;			 /* ... by a wimm listener, its reason in cm_reply */
+	int accepting;			 /* MSG: fi_accept done, FI_CONNECTED not yet seen */
+	int up_pending;			 /* CONN_UP found, not yet returned */
+	struct wimm_down down;		 /* backend.h's state machine */
 	uint8_t peer_name[OFI_NAME_MAX]; /* RDM: the peer's endpoint */
 	size_t peer_name_len;
 	int kicking; /* RDM passive: our name not yet taken (ofi_kick_pending) */
@@ -144,8 +142,9 @@ struct ofi_conn {
 	uint8_t *frame; /* RDM accept: our handshake, sent by conn_ready */
 	size_t frame_len;
 
-	uint32_t sq_depth, tx_max, force_every, unsig;
-	uint64_t tx_head, tx_tail; /* posted / retired positions */
+	uint32_t sq_depth, tx_max;
+	struct wimm_signal_policy sig; /* forced completions */
+	uint64_t tx_head, tx_tail;     /* posted / retired positions */
 	struct ofi_tx *tx;
 
 	uint32_t rx_depth, recv_size;

@@ -222,7 +222,7 @@ void ofi_lane_leave(struct ofi_conn *c)
 	ofi_lane_cut(c);
 	/* A peer that died with an operation awaiting its answer blocks the
 	 * lane's response queue: no new connections there. */
-	if (c->down_reported && c->tx_head != c->tx_tail)
+	if (c->down.state == WIMM_DOWN_REPORTED && c->tx_head != c->tx_tail)
 		l->retired = 1;
 	l->members--;
 	l->cq_reserved -= (size_t)c->tx_max + c->rx_depth + 16;
@@ -416,8 +416,7 @@ int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, i
 		if (!c)
 			continue; /* deleted meanwhile */
 		if (r->e.kind == WIMM_CQE_CONN_DOWN) {
-			c->down_pending = 0;
-			c->down_reported = 1;
+			c->down.state = WIMM_DOWN_REPORTED;
 		} else if (r->e.kind == WIMM_CQE_RECV_SEND_IMM) {
 			c->rx_delivered++;
 		}
@@ -448,8 +447,8 @@ void ofi_lane_push_down(struct ofi_conn *c)
 	ofi_lane_fill(l, c->ctx, 0);
 	r = ofi_ring_slot(l);
 	if (!r)
-		return; /* stays down_pending; arm/poll report nothing more */
-	wimm_cqe_conn_down(&r->e, c->core, c->down_status, c->down_prov);
+		return; /* stays pending; arm/poll report nothing more */
+	wimm_cqe_conn_down(&r->e, c->core, c->down.status, c->down.prov_err);
 	ofi_ring_push(l, c, r);
 	/* Nothing more of it can come (its socket is closed): its AV entry
 	 * goes, so that the peer may connect again through this lane. */

@@ -223,11 +223,8 @@ void ofi_conn_stash_cq(struct ofi_conn *c)
 
 void ofi_conn_down(struct ofi_conn *c, int status, int prov_err)
 {
-	if (c->down_pending || c->down_reported)
+	if (!wimm_down_mark(&c->down, status, prov_err))
 		return;
-	c->down_pending = 1;
-	c->down_status = status;
-	c->down_prov = prov_err;
 	if (c->sock >= 0 && c->in_epoll_sock) {
 		/* An EOF socket stays readable: keep it from waking sleepers forever. */
 		ofi_epoll_del(c->ctx, c->sock);
@@ -297,11 +294,8 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 	if (got < n && c->cq)
 		got += ofi_conn_read_cq(c, out + got, n - got);
 	/* The connection's last word: after whatever completed before it died. */
-	if (got < n && c->down_pending) {
-		wimm_cqe_conn_down(&out[got++], c->core, c->down_status, c->down_prov);
-		c->down_pending = 0;
-		c->down_reported = 1;
-	}
+	if (got < n && wimm_down_emit(&c->down, &out[got], c->core))
+		got++;
 	for (int i = 0; i < got; i++)
 		if (out[i].kind == WIMM_CQE_RECV_SEND_IMM)
 			c->rx_delivered++;
@@ -322,8 +316,8 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 		got += k;
 		if (k)
 			c->linger = OFI_LINGER;
-		else if (c->cq_fd >= 0 && !c->stash_len && !c->down_pending && !c->up_pending &&
-			 --c->linger == 0)
+		else if (c->cq_fd >= 0 && !c->stash_len && c->down.state != WIMM_DOWN_PENDING &&
+			 !c->up_pending && --c->linger == 0)
 			ofi_hot_del(c);
 		c = x->hot ? next : NULL;
 	}
@@ -463,7 +457,7 @@ int ofi_arm(void *bctx)
 		return WIMM_E_NOMEM;
 	for (struct ofi_conn *c = x->hot; c && nf < x->nhot;) {
 		ofi_conn_stash_cq(c);
-		if (c->stash_len || c->down_pending || c->up_pending)
+		if (c->stash_len || c->down.state == WIMM_DOWN_PENDING || c->up_pending)
 			return WIMM_E_AGAIN;
 		if (c->cq_fd >= 0)
 			x->fids[nf++] = &c->cq->fid;

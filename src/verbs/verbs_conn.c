@@ -383,9 +383,8 @@ int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void
 	c->recv_size = cfg->recv_size;
 	c->sq_depth = cfg->sq_depth;
 	c->sq_size = cfg->sq_depth + cfg->sq_reserve;
-	/* at most sig_every - 1 unsignaled sends in a row: a full send queue
-	 * always holds a signaled WR whose completion frees the slots */
-	c->sig_every = c->sq_size / 2 ? c->sq_size / 2 : 1;
+	/* forced signals over the whole send queue (backend.h) */
+	wimm_signal_init(&c->sig, c->sq_size);
 	/* an SRQ holds zero-length receives only: slots with buffers stay in
 	 * per-connection order on an RQ of their own */
 	c->use_srq = !cfg->recv_size && verbs_srq_for(vc, cfg->rx_depth);
@@ -560,7 +559,7 @@ void verbs_conn_delete(void *bconn)
 	vc = c->vc;
 	/* out of the table first: completions still in the CQ are dropped */
 	verbs_tab_del(vc, c);
-	if (c->down == 1)
+	if (c->down.state == WIMM_DOWN_PENDING)
 		vc->down_pending--;
 	if (c->up == 1)
 		vc->up_pending--;

@@ -133,12 +133,10 @@ void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c)
 void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov)
 {
 	c->dead = 1;
-	if ((!c->established && !c->accepting) || c->down)
+	if (!c->established && !c->accepting)
 		return;
-	c->down = 1;
-	c->down_status = status;
-	c->down_prov = prov;
-	c->vc->down_pending++;
+	if (wimm_down_mark(&c->down, status, prov))
+		c->vc->down_pending++;
 }
 
 static void verbs_all_down(struct verbs_ctx *vc, int status, int prov, int port)

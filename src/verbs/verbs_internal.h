@@ -94,12 +94,11 @@ struct verbs_conn {
 	uint32_t gen;
 	int in_tab;
 	int established;
-	int accepting; /* rdma_accept done, ESTABLISHED not yet seen */
-	int dead;      /* QP known to be in error: posting is refused */
-	int down;      /* 0 alive, 1 CONN_DOWN to report, 2 reported */
-	int up;	       /* 1 CONN_UP to report, 2 reported */
-	int down_status, down_prov;
-	atomic_int async_ev; /* QP async event seen by some context, + 1 */
+	int accepting;	       /* rdma_accept done, ESTABLISHED not yet seen */
+	int dead;	       /* QP known to be in error: posting is refused */
+	struct wimm_down down; /* backend.h's state machine */
+	int up;		       /* 1 CONN_UP to report, 2 reported */
+	atomic_int async_ev;   /* QP async event seen by some context, + 1 */
 
 	/* last rdma_cm event while connecting or accepting */
 	int cm_ev, cm_status;
@@ -111,7 +110,8 @@ struct verbs_conn {
 	uint32_t sq_depth, sq_size;
 	struct verbs_sslot *ss;
 	uint64_t sq_posted, sq_done;
-	uint32_t user_out, unsig_run, sig_every;
+	uint32_t user_out;
+	struct wimm_signal_policy sig; /* forced signals */
 	uint32_t max_inline;
 
 	/* receive window */

@@ -138,7 +138,7 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 		if (wr->op != WIMM_OP_READ && wr->len <= c->max_inline)
 			swr.send_flags |= IBV_SEND_INLINE;
 	}
-	signaled = wr->signal || c->unsig_run + 1 >= c->sig_every;
+	signaled = wimm_signal_needed(&c->sig, wr->signal);
 	if (signaled)
 		swr.send_flags |= IBV_SEND_SIGNALED;
 	swr.wr_id = VERBS_WRID(c->gen, c->sq_posted);
@@ -157,7 +157,7 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 	c->sq_posted++;
 	if (!wr->internal)
 		c->user_out++;
-	c->unsig_run = signaled ? 0 : c->unsig_run + 1;
+	wimm_signal_posted(&c->sig, signaled);
 	return 0;
 }
 
@@ -198,7 +198,7 @@ static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wi
 	if (is_recv) {
 		if (wc->status != IBV_WC_SUCCESS) {
 			/* flushed or failed receive: the QP is in error */
-			if (c->down == 0 && wc->status != IBV_WC_WR_FLUSH_ERR)
+			if (c->down.state == WIMM_DOWN_ALIVE && wc->status != IBV_WC_WR_FLUSH_ERR)
 				verbs_err(vc, 0, wc->status, "receive: %s",
 					  ibv_wc_status_str(wc->status));
 			verbs_conn_mark_down(c, verbs_status_to_wimm(wc->status), wc->status);
@@ -251,11 +251,10 @@ static int verbs_emit_down(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 	for (i = 0; i < vc->tab_size && got < n && vc->down_pending; i++) {
 		struct verbs_conn *c = vc->tab[i];
 
-		if (!c || c->down != 1)
+		if (!c || !wimm_down_emit(&c->down, &out[got], c->core))
 			continue;
-		c->down = 2;
+		got++;
 		vc->down_pending--;
-		wimm_cqe_conn_down(&out[got++], c->core, c->down_status, c->down_prov);
 		rdma_disconnect(c->id);
 		c->established = 0;
 	}
