@@ -217,6 +217,15 @@ static int check_conn(const struct wimm_conn *c, unsigned flags)
 	return 0;
 }
 
+/* The checks every operation starts with: the connection, then the local
+ * range (src for writes and sends, dst for reads). */
+static int check_start(const struct wimm_conn *c, const struct wimm_mr *mr, size_t off, size_t len,
+		       unsigned flags)
+{
+	int ret = check_conn(c, flags);
+	return ret ? ret : check_local(c, mr, off, len);
+}
+
 static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_t len)
 {
 	wr->len = len;
@@ -229,10 +238,7 @@ static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_
 static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
 			size_t dst_off, size_t len, uint32_t imm, unsigned flags)
 {
-	int ret = check_conn(c, flags);
-	if (ret)
-		return ret;
-	ret = check_local(c, src, src_off, len);
+	int ret = check_start(c, src, src_off, len, flags);
 	if (ret)
 		return ret;
 	/* A zero-length doorbell touches no memory and needs no window. */
@@ -267,10 +273,7 @@ int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t 
 int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t len,
 		  uint32_t imm, unsigned flags)
 {
-	int ret = check_conn(c, flags);
-	if (ret)
-		return ret;
-	ret = check_local(c, src, src_off, len);
+	int ret = check_start(c, src, src_off, len, flags);
 	if (ret)
 		return ret;
 	if (c->peer.recv_size == 0)
@@ -286,10 +289,7 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
 int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
 	      unsigned flags)
 {
-	int ret = check_conn(c, flags);
-	if (ret)
-		return ret;
-	ret = check_local(c, dst, dst_off, len);
+	int ret = check_start(c, dst, dst_off, len, flags);
 	if (ret)
 		return ret;
 	ret = check_remote(c, src_off, len, WIMM_HS_F_WINDOW_READ);

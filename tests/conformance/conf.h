@@ -170,6 +170,9 @@ extern const struct conf_test conf_tests_server_scale[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
+/* A killed process cannot remove its libfabric shm regions (/dev/shm/<pid>:*):
+ * remove them for it (conf_failure.c). */
+void remove_shm_regions(pid_t pid);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
 int conf_requests_child(int argc, char **argv);
 

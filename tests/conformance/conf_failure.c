@@ -165,7 +165,7 @@ static int quiesce_child(const char *uri, pid_t pid, int fd)
 
 /* A killed process cannot remove its libfabric shm regions
  * (/dev/shm/<pid>:...): do it for the child, so runs leave nothing behind. */
-static void remove_shm_regions(pid_t pid)
+void remove_shm_regions(pid_t pid)
 {
 	char pattern[64];
 	glob_t g;

@@ -12,7 +12,6 @@
  * are in conf_server_scale.c; the child-process plumbing both use is here. */
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -158,21 +157,6 @@ int srv_peer_cmd(struct srv_peer *p, char c)
 	return p->cmd >= 0 && write(p->cmd, &c, 1) == 1 ? 0 : -1;
 }
 
-/* A killed process cannot remove its libfabric shm regions
- * (/dev/shm/<pid>:...): do it for it, so runs leave nothing behind. */
-static void remove_shm_of(pid_t pid)
-{
-	char pattern[64];
-	glob_t g;
-
-	snprintf(pattern, sizeof(pattern), "/dev/shm/%d:*", (int)pid);
-	if (glob(pattern, 0, NULL, &g) != 0)
-		return;
-	for (size_t i = 0; i < g.gl_pathc; i++)
-		unlink(g.gl_pathv[i]);
-	globfree(&g);
-}
-
 int srv_peer_exit(struct srv_peer *p, int timeout_ms)
 {
 	int64_t deadline = conf_now_ms() + timeout_ms;
@@ -189,7 +173,7 @@ int srv_peer_exit(struct srv_peer *p, int timeout_ms)
 			return -1;
 		conf_sleep_us(2000);
 	}
-	remove_shm_of(p->pid);
+	remove_shm_regions(p->pid);
 	p->pid = -1;
 	if (WIFEXITED(ws))
 		return WEXITSTATUS(ws);
@@ -201,7 +185,7 @@ void srv_peer_kill(struct srv_peer *p)
 	if (p->pid > 0) {
 		kill(p->pid, SIGKILL);
 		waitpid(p->pid, NULL, 0);
-		remove_shm_of(p->pid);
+		remove_shm_regions(p->pid);
 		p->pid = -1;
 	}
 }
