@@ -166,7 +166,7 @@ static inline void wimm_signal_posted(struct wimm_signal_policy *p, int signaled
 }
 
 struct wimm_backend_ops {
-	const char *scheme; /* "ofi", "verbs" */
+	const char *scheme; /* "ofi", "verbs", "ipc" */
 
 	/* Open the fabric named by `spec` (the URI after "scheme:", may be
 	 * ""). cq_budget: completions that may be outstanding over all
@@ -268,6 +268,9 @@ extern const struct wimm_backend_ops wimm_ofi_ops;
 #endif
 #ifdef WIMM_HAVE_VERBS
 extern const struct wimm_backend_ops wimm_verbs_ops;
+#endif
+#ifdef WIMM_HAVE_IPC
+extern const struct wimm_backend_ops wimm_ipc_ops;
 #endif
 
 /* Core services for backends. */

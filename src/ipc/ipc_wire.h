@@ -1,0 +1,106 @@
+/* The ipc fabric's shared-memory layout: what two processes on one host
+ * map, and the one way a writer tells a reader that something arrived.
+ * Everything here is read by a process that must not trust the other, so
+ * every reader copies what it reads before checking it (ipc_poll.c). The
+ * conformance suite's hostile peer writes these structures directly.
+ *
+ * Per process and context, the wake page (one memfd, sealed against
+ * resizing, mapped writable by every peer of the context):
+ *   armed    set by arm() before the owner sleeps on its eventfd
+ *   summary  bit i: bits[i] may have something
+ *   bits     bit k: connection k of the owner may have something
+ *
+ * Per connection and direction, the producer's tx memfd (sealed too):
+ *   line 0   geometry {magic, entries, data bytes} (read once at set-up)
+ *   line 1   prod: entries published, written by the producer (release)
+ *   line 2   cons: entries consumed, written by the consumer (release)
+ *   4096     entries[n], 64 bytes each
+ *   ...      data area: payloads longer than an entry's inline bytes
+ */
+#ifndef WIMM_IPC_WIRE_H
+#define WIMM_IPC_WIRE_H
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define IPC_MAGIC 0x5749504331ull /* "WIPC1" */
+#define IPC_LINE 64
+#define IPC_HDR_BYTES 4096
+#define IPC_INLINE 32
+#define IPC_MAX_CONNS 4096 /* 64 summary bits x 64 bits */
+#define IPC_ADDR_LEN 8	   /* conn_addr: magic (4) + our connection index (4) */
+#define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
+#define IPC_NFDS 3		   /* tx memfd, wake page memfd, eventfd */
+
+enum ipc_op { IPC_OP_WRITE = 1, IPC_OP_WRITE_IMM, IPC_OP_SEND_IMM, IPC_OP_READ };
+/* The consumer sets the producer's bit after consuming an entry with it. */
+#define IPC_F_NOTIFY 1u
+
+struct ipc_entry {
+	uint16_t op;
+	uint16_t flags;
+	uint32_t len;
+	uint32_t imm;
+	int32_t status; /* written by the consumer: 0 or a WIMM_E_* */
+	uint64_t raddr;
+	uint64_t rkey;
+	union {
+		uint64_t doff; /* len > IPC_INLINE: offset in the data area */
+		uint8_t inl[IPC_INLINE];
+	} u;
+};
+_Static_assert(sizeof(struct ipc_entry) == 64, "one entry, one cache line");
+
+struct ipc_ring_hdr {
+	_Alignas(IPC_LINE) uint64_t magic;
+	uint64_t entries; /* a power of two */
+	uint64_t data_bytes;
+	_Alignas(IPC_LINE) uint64_t prod;
+	_Alignas(IPC_LINE) uint64_t cons;
+};
+_Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");
+
+struct ipc_page {
+	_Alignas(IPC_LINE) uint32_t armed;
+	_Alignas(IPC_LINE) uint64_t summary;
+	_Alignas(IPC_LINE) uint64_t bits[IPC_MAX_CONNS / 64];
+};
+#define IPC_PAGE_BYTES 4096
+_Static_assert(sizeof(struct ipc_page) <= IPC_PAGE_BYTES, "wake page fits a page");
+
+static inline struct ipc_entry *ipc_entries(struct ipc_ring_hdr *h)
+{
+	return (struct ipc_entry *)((char *)h + IPC_HDR_BYTES);
+}
+
+static inline size_t ipc_ring_bytes(uint64_t entries, uint64_t data_bytes)
+{
+	return IPC_HDR_BYTES + (size_t)entries * sizeof(struct ipc_entry) + (size_t)data_bytes;
+}
+
+/* Tell the owner of `page` that its connection `idx` has something: the
+ * entry (or the consumption) is published before this is called. Full
+ * fence, then the bits, then the armed flag: against arm()'s store of
+ * armed, fence, load of the summary, one of the two sides sees the other
+ * (no lost wake-up). The eventfd write is the only system call, and only
+ * towards a sleeper. */
+static inline void ipc_notify(struct ipc_page *page, int efd, uint32_t idx)
+{
+	uint64_t bit = 1ull << (idx % 64), sbit = 1ull << ((idx / 64) % 64);
+	uint64_t *w = &page->bits[(idx / 64) % (IPC_MAX_CONNS / 64)];
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
+		__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
+	if (!(__atomic_load_n(&page->summary, __ATOMIC_RELAXED) & sbit))
+		__atomic_fetch_or(&page->summary, sbit, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&page->armed, __ATOMIC_RELAXED)) {
+		uint64_t one = 1;
+		/* Nonblocking (set at set-up): a full counter already wakes. */
+		ssize_t r = write(efd, &one, sizeof(one));
+		(void)r;
+	}
+}
+
+#endif
