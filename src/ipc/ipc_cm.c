@@ -6,6 +6,8 @@
  * The socket then stays open as the connection's liveness channel. A
  * listener never waits on one connector (requests are read when whole). */
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +35,31 @@ void ipc_close_fds(int *fd, int n)
 		}
 }
 
-/* Loopback or "any": the only hosts a one-host fabric has. */
+/* Loopback or "any": the only hosts a one-host fabric has. 1 if host is
+ * one, 0 if it is another, WIMM_E_ADDR if it does not resolve. */
 static int ipc_host_local(const char *host)
 {
 	static const char *const local[] = {"", "127.0.0.1", "localhost", "::1", "0.0.0.0", "::"};
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+	int loop = 0;
 
 	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
 		if (!strcmp(host, local[i]))
 			return 1;
-	return 0;
+	if (getaddrinfo(host, NULL, &hints, &res))
+		return WIMM_E_ADDR;
+	/* Another name of the loopback interface (127.0.0.2, ip6-localhost). */
+	for (struct addrinfo *a = res; a; a = a->ai_next) {
+		if (a->ai_family == AF_INET) {
+			const struct sockaddr_in *in = (const void *)a->ai_addr;
+			loop |= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+		} else if (a->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const void *)a->ai_addr;
+			loop |= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+		}
+	}
+	freeaddrinfo(res);
+	return loop;
 }
 
 static int ipc_parse_port(const char *port, int *out)
@@ -178,8 +196,9 @@ int ipc_listen(void *bctx, const char *host, const char *port, void **blis, int 
 	struct ipc_lis *l;
 	int p, ret;
 
-	if (!ipc_host_local(host)) {
-		wimm_ctx_set_provider_error(x->core, 0, "ipc listens on this host only (127.0.0.1)");
+	if (ipc_host_local(host) != 1) {
+		wimm_ctx_set_provider_error(x->core, 0,
+					    "ipc listens on this host only (127.0.0.1)");
 		return WIMM_E_ADDR;
 	}
 	ret = ipc_parse_port(port, &p);
@@ -408,8 +427,8 @@ static int ipc_dial(struct ipc_conn *c, int port, int64_t deadline)
 	return 0;
 }
 
-int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms)
+int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		uint8_t *reply, size_t *reply_len, int timeout_ms)
 {
 	struct ipc_conn *c = bconn;
 	struct ipc_ctx *x = c->ctx;
@@ -418,9 +437,11 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 
 	if (ret)
 		return ret;
-	if (!ipc_host_local(host)) {
-		wimm_ctx_set_provider_error(x->core, 0, "ipc reaches this host only");
-		return WIMM_E_UNREACHABLE;
+	ret = ipc_host_local(host);
+	if (ret != 1) {
+		wimm_ctx_set_provider_error(
+		    x->core, 0, ret ? "unresolvable host" : "ipc reaches this host only");
+		return ret ? ret : WIMM_E_UNREACHABLE;
 	}
 	int err = -ipc_dial(c, p, deadline);
 	ipc_conn_fds(c, mine);
@@ -440,7 +461,7 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 		/* No fds: a refusal (the core reads the reason from it). */
 		int reason;
 		return wimm_hs_decode_reject(reply, *reply_len, &reason) ? WIMM_E_REFUSED
-									  : WIMM_E_PROTO;
+									 : WIMM_E_PROTO;
 	}
 	if (nfds != IPC_NFDS) {
 		ipc_close_fds(c->peer_fd, nfds > 0 ? nfds : 0);

@@ -255,8 +255,8 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	ret = ipc_check_eventfd(c, c->peer_fd[2]);
 	if (ret)
 		return ret;
-	c->peer_page = mmap(NULL, IPC_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
-			    c->peer_fd[1], 0);
+	c->peer_page =
+	    mmap(NULL, IPC_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, c->peer_fd[1], 0);
 	if (c->peer_page == MAP_FAILED) {
 		c->peer_page = NULL;
 		return ipc_errno_err(x, errno, "mmap (peer wake page)", WIMM_E_PROVIDER);

@@ -254,8 +254,8 @@ static int ipc_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struc
 	m->access = access;
 	ipc_mr_place(x->mrs, x->mr_cap, m);
 	x->mr_used++;
-	*out = (struct wimm_bmr){
-	    .addr = addr, .len = len, .access = access, .key = m->key, .priv = m};
+	*out =
+	    (struct wimm_bmr){.addr = addr, .len = len, .access = access, .key = m->key, .priv = m};
 	return 0;
 }
 

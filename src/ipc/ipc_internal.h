@@ -34,9 +34,9 @@ struct ipc_mr {
 
 struct ipc_ctx {
 	struct wimm_ctx *core;
-	int epfd;  /* the wait fd: eventfd + connection sockets */
-	int efd;   /* our eventfd, which peers write when we are armed */
-	int pgfd;  /* our wake page (memfd) */
+	int epfd; /* the wait fd: eventfd + connection sockets */
+	int efd;  /* our eventfd, which peers write when we are armed */
+	int pgfd; /* our wake page (memfd) */
 	struct ipc_page *page;
 	/* Regions by key: open addressing, linear probing, tombstones. */
 	struct ipc_mr **mrs;
@@ -69,7 +69,7 @@ struct ipc_txq {
 	uint8_t *data;
 	size_t map_len;
 	uint32_t n, mask;
-	uint64_t head, tail;	     /* published / retired */
+	uint64_t head, tail;	       /* published / retired */
 	uint64_t data_head, data_tail; /* byte positions in the data area */
 	struct ipc_tx *rec;
 };
@@ -94,7 +94,7 @@ struct ipc_conn {
 	int in_epoll;
 	int mapped;  /* conn_ready done */
 	int passive; /* made from a request: reports CONN_UP */
-	int cut;    /* conn_shutdown: nothing lands, posts fail */
+	int cut;     /* conn_shutdown: nothing lands, posts fail */
 	struct ipc_conn *ready_next;
 	int in_ready;
 	struct ipc_conn *evq_next;
@@ -150,8 +150,8 @@ int ipc_listener_fd(void *blis);
 int ipc_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
 int ipc_request_peer(void *breq, char *buf, size_t len);
 void ipc_reject(void *breq, const uint8_t *msg, size_t len);
-int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *hs,
-		size_t hs_len, uint8_t *reply, size_t *reply_len, int timeout_ms);
+int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		uint8_t *reply, size_t *reply_len, int timeout_ms);
 int ipc_accept(void *bconn, const uint8_t *hs, size_t hs_len);
 void ipc_close_fds(int *fd, int n);
 

@@ -76,10 +76,8 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		if (e->op == IPC_OP_WRITE)
 			return 0;
 		c->rx_delivered++;
-		*out = (struct wimm_cqe){.kind = WIMM_CQE_RECV_WRITE_IMM,
-					 .conn = c->core,
-					 .imm = e->imm,
-					 .len = e->len};
+		*out = (struct wimm_cqe){
+		    .kind = WIMM_CQE_RECV_WRITE_IMM, .conn = c->core, .imm = e->imm, .len = e->len};
 		return 1;
 	case IPC_OP_SEND_IMM:
 		if (!c->recv_size)
@@ -205,6 +203,7 @@ int ipc_tx_retire(struct ipc_conn *c, struct wimm_cqe *out, int room)
 			    .conn = c->core,
 			    .op = (enum wimm_op)rec->op,
 			    .op_seq = rec->op_seq,
+			    .len = rec->len,
 			    .internal = rec->internal,
 			    .status = st ? ipc_status(st) : 0,
 			};

@@ -27,8 +27,8 @@
 #define IPC_LINE 64
 #define IPC_HDR_BYTES 4096
 #define IPC_INLINE 32
-#define IPC_MAX_CONNS 4096 /* 64 summary bits x 64 bits */
-#define IPC_ADDR_LEN 8	   /* conn_addr: magic (4) + our connection index (4) */
+#define IPC_MAX_CONNS 4096	   /* 64 summary bits x 64 bits */
+#define IPC_ADDR_LEN 8		   /* conn_addr: magic (4) + our connection index (4) */
 #define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
 #define IPC_NFDS 3		   /* tx memfd, wake page memfd, eventfd */
 

@@ -173,6 +173,9 @@ int conf_child_main(int argc, char **argv);
 /* A killed process cannot remove its libfabric shm regions (/dev/shm/<pid>:*):
  * remove them for it (conf_failure.c). */
 void remove_shm_regions(pid_t pid);
+/* The ipc fabric's listener at "host:port" (an abstract unix socket):
+ * a connected SOCK_SEQPACKET socket, or -1 (conf_hostile.c). */
+int conf_ipc_dial(const char *addr);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
 int conf_requests_child(int argc, char **argv);
 

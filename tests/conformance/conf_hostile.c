@@ -8,18 +8,25 @@
  *
  * The server (wimm) and the raw peer live in one thread: every wait drives
  * both. On ofi:shm the raw peer is an RDM endpoint that speaks wimm's side
- * channel (a TCP socket carrying one length-prefixed handshake each way). */
+ * channel (a TCP socket carrying one length-prefixed handshake each way).
+ * On ipc the raw peer maps the rings itself and writes entries that name
+ * anything (src/ipc/ipc_wire.h): the server checks each one it consumes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "conf.h"
 #include "core/handshake.h"
+#include "ipc/ipc_wire.h"
 
 #ifdef CONF_HAVE_OFI
 #include <rdma/fabric.h>
@@ -38,6 +45,10 @@
 #define RAW_MSG 1
 #define RAW_CM 2
 #define RAW_RDM 3
+#define RAW_IPC 4
+/* The raw ipc peer's ring: room for every doorbell of the overdraft test. */
+#define RAW_IPC_ENTRIES 256
+#define RAW_IPC_DATA 65536
 
 struct raw_peer {
 	int kind;
@@ -58,6 +69,14 @@ struct raw_peer {
 	fi_addr_t srv_addr;
 	int sock; /* RDM: the side channel */
 #endif
+	/* RAW_IPC: our ring and wake page, the server's (mapped from its fds). */
+	int ipc_sock, ipc_fd[IPC_NFDS];
+	struct ipc_ring_hdr *ring, *srv_ring;
+	size_t srv_ring_len;
+	struct ipc_page *page, *srv_page;
+	int srv_efd;
+	uint32_t srv_idx;
+	uint64_t prod;
 #ifdef CONF_HAVE_VERBS
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
@@ -385,6 +404,196 @@ static void raw_ofi_close(struct raw_peer *r)
 }
 #endif
 
+/* ------------------------------------------------------------ raw ipc peer */
+
+int conf_ipc_dial(const char *addr)
+{
+	const char *colon = strrchr(addr, ':');
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+	if (!colon)
+		return -1;
+	/* The listener's abstract name (src/ipc/ipc_cm.c). */
+	int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "wimm-ipc:%s", colon + 1);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	socklen_t sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sl) == 0)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+/* A sealed memfd of len bytes, mapped: what the server insists on. */
+static void *raw_ipc_memfd(int *fd, size_t len)
+{
+	*fd = memfd_create("raw-ipc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (*fd < 0 || ftruncate(*fd, (off_t)len) ||
+	    fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return NULL;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int raw_ipc_fail(struct raw_peer *r, const char *what)
+{
+	snprintf(r->text, sizeof(r->text), "raw ipc: %s: %s", what, strerror(errno));
+	return -1;
+}
+
+/* Our handshake with our three fds, the server's with its three back. */
+static int raw_ipc_connect(struct raw_peer *r, const char *addr, struct wimm_ctx *ctx,
+			   struct wimm_listener *l, struct wimm_conn **sconn)
+{
+	union {
+		char buf[CMSG_SPACE(IPC_NFDS * sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	uint8_t hs[WIMM_HS_MAX_LEN], reply[WIMM_HS_MAX_LEN];
+	struct wimm_handshake mine;
+	uint32_t a[2] = {IPC_ADDR_MAGIC, 0};
+	struct stat st;
+	int srv_fd[IPC_NFDS] = {-1, -1, -1};
+
+	r->ipc_sock = r->srv_efd = -1;
+	r->ring = raw_ipc_memfd(&r->ipc_fd[0], ipc_ring_bytes(RAW_IPC_ENTRIES, RAW_IPC_DATA));
+	r->page = raw_ipc_memfd(&r->ipc_fd[1], IPC_PAGE_BYTES);
+	r->ipc_fd[2] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!r->ring || !r->page || r->ipc_fd[2] < 0)
+		return raw_ipc_fail(r, "memfds");
+	*r->ring = (struct ipc_ring_hdr){
+	    .magic = IPC_MAGIC, .entries = RAW_IPC_ENTRIES, .data_bytes = RAW_IPC_DATA};
+	memset(&mine, 0, sizeof(mine));
+	mine.version = WIMM_HS_VERSION;
+	mine.rx_depth = 64;
+	mine.credit_addr = (uint64_t)(uintptr_t)r->ctl;
+	mine.credit_key = 0x5a5a;
+	mine.addr_len = sizeof(a);
+	memcpy(mine.addr, a, sizeof(a));
+	int n = wimm_hs_encode(&mine, hs, sizeof(hs));
+	r->ipc_sock = conf_ipc_dial(addr);
+	if (n < 0 || r->ipc_sock < 0)
+		return raw_ipc_fail(r, "dial");
+	struct iovec iov = {.iov_base = hs, .iov_len = (size_t)n};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = cm.buf,
+			   .msg_controllen = sizeof(cm.buf)};
+	memset(&cm, 0, sizeof(cm));
+	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN(sizeof(r->ipc_fd));
+	memcpy(CMSG_DATA(h), r->ipc_fd, sizeof(r->ipc_fd));
+	if (sendmsg(r->ipc_sock, &m, MSG_NOSIGNAL) != n)
+		return raw_ipc_fail(r, "sending the handshake");
+	int64_t deadline = conf_now_ms() + CONNECT_TIMEOUT_MS;
+	ssize_t got = -1;
+	while (got < 0 && conf_now_ms() < deadline) {
+		pump(ctx, l, sconn, NULL, 0, 1);
+		iov = (struct iovec){.iov_base = reply, .iov_len = sizeof(reply)};
+		m.msg_controllen = sizeof(cm.buf);
+		got = recvmsg(r->ipc_sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	}
+	h = got > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+	if (!h || h->cmsg_type != SCM_RIGHTS || h->cmsg_len != CMSG_LEN(sizeof(srv_fd)))
+		return raw_ipc_fail(r, "no reply with three fds");
+	memcpy(srv_fd, CMSG_DATA(h), sizeof(srv_fd));
+	r->srv_efd = srv_fd[2];
+	if (raw_reply(r, reply, (size_t)got) || r->srv.addr_len != sizeof(a)) {
+		close(srv_fd[0]);
+		close(srv_fd[1]);
+		return -1;
+	}
+	memcpy(a, r->srv.addr, sizeof(a));
+	r->srv_idx = a[1];
+	fstat(srv_fd[0], &st);
+	r->srv_ring_len = (size_t)st.st_size;
+	r->srv_ring = mmap(NULL, r->srv_ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, srv_fd[0], 0);
+	r->srv_page = mmap(NULL, IPC_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, srv_fd[1], 0);
+	close(srv_fd[0]);
+	close(srv_fd[1]);
+	if (r->srv_ring == MAP_FAILED || r->srv_page == MAP_FAILED) {
+		r->srv_ring = NULL;
+		r->srv_page = NULL;
+		return raw_ipc_fail(r, "mapping the server's fds");
+	}
+	/* The server's CONN_UP comes from its next polls. */
+	pump(ctx, l, sconn, NULL, 0, 50);
+	return 0;
+}
+
+/* One entry in our ring, whatever it names: the server is the one that
+ * checks. Payloads over the inline bytes go to the data area. */
+static int raw_ipc_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
+			 uint32_t imm)
+{
+	if (r->prod - __atomic_load_n(&r->ring->cons, __ATOMIC_ACQUIRE) >= RAW_IPC_ENTRIES ||
+	    len > RAW_IPC_DATA / 4)
+		return -1;
+	struct ipc_entry *e = &ipc_entries(r->ring)[r->prod % RAW_IPC_ENTRIES];
+	*e = (struct ipc_entry){.op = doorbell ? IPC_OP_WRITE_IMM : IPC_OP_WRITE,
+				.flags = IPC_F_NOTIFY,
+				.len = (uint32_t)len,
+				.imm = imm,
+				.raddr = addr,
+				.rkey = key};
+	uint8_t *data = (uint8_t *)(ipc_entries(r->ring) + RAW_IPC_ENTRIES);
+	if (len <= IPC_INLINE) {
+		memcpy(e->u.inl, r->src, len);
+	} else {
+		e->u.doff = (r->prod % 4) * (RAW_IPC_DATA / 4);
+		memcpy(data + e->u.doff, r->src, len);
+	}
+	r->prod++;
+	__atomic_store_n(&r->ring->prod, r->prod, __ATOMIC_RELEASE);
+	ipc_notify(r->srv_page, r->srv_efd, r->srv_idx);
+	r->posted++;
+	return 0;
+}
+
+/* What the server consumed (and refused), and the server's own entries
+ * taken unread so its ring never fills. */
+static void raw_ipc_progress(struct raw_peer *r)
+{
+	uint64_t cons = __atomic_load_n(&r->ring->cons, __ATOMIC_ACQUIRE);
+
+	if (cons > r->prod)
+		cons = r->prod;
+	while ((uint64_t)(r->done + r->failed) < cons) {
+		const struct ipc_entry *e =
+		    &ipc_entries(r->ring)[(uint64_t)(r->done + r->failed) % RAW_IPC_ENTRIES];
+		if (__atomic_load_n(&e->status, __ATOMIC_RELAXED))
+			r->failed++;
+		else
+			r->done++;
+	}
+	if (r->srv_ring)
+		__atomic_store_n(&r->srv_ring->cons,
+				 __atomic_load_n(&r->srv_ring->prod, __ATOMIC_ACQUIRE),
+				 __ATOMIC_RELEASE);
+}
+
+static void raw_ipc_close(struct raw_peer *r)
+{
+	if (r->ipc_sock >= 0)
+		close(r->ipc_sock); /* the server learns of it from this */
+	if (r->srv_ring)
+		munmap(r->srv_ring, r->srv_ring_len);
+	if (r->srv_page)
+		munmap(r->srv_page, IPC_PAGE_BYTES);
+	if (r->ring)
+		munmap(r->ring, ipc_ring_bytes(RAW_IPC_ENTRIES, RAW_IPC_DATA));
+	if (r->page)
+		munmap(r->page, IPC_PAGE_BYTES);
+	if (r->srv_efd >= 0)
+		close(r->srv_efd);
+	for (int i = 0; i < IPC_NFDS; i++)
+		if (r->ipc_fd[i] > 0)
+			close(r->ipc_fd[i]);
+}
+
 /* ----------------------------------------------------- raw rdma_cm + verbs */
 #ifdef CONF_HAVE_VERBS
 static int raw_cm_wait(struct raw_peer *r, int want, struct wimm_ctx *ctx, struct wimm_listener *l,
@@ -532,6 +741,8 @@ static void raw_cm_close(struct raw_peer *r)
 static int raw_kind(const char *uri, const char **why)
 {
 	*why = "";
+	if (!strcmp(uri, "ipc"))
+		return RAW_IPC;
 #ifdef CONF_HAVE_OFI
 	if (!strcmp(uri, "ofi:tcp"))
 		return RAW_MSG;
@@ -555,6 +766,8 @@ static int raw_connect(struct raw_peer *r, const char *uri, const char *addr, st
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
 	snprintf(port, sizeof(port), "%s", colon + 1);
 	*sconn = NULL;
+	if (r->kind == RAW_IPC)
+		return raw_ipc_connect(r, addr, ctx, l, sconn);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		return raw_ofi_connect(r, uri + 4, host, port, ctx, l, sconn);
@@ -572,6 +785,8 @@ static int raw_connect(struct raw_peer *r, const char *uri, const char *addr, st
 static int raw_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
 		     uint32_t imm)
 {
+	if (r->kind == RAW_IPC)
+		return raw_ipc_write(r, addr, key, len, doorbell, imm);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		return raw_ofi_write(r, addr, key, len, doorbell, imm);
@@ -585,6 +800,8 @@ static int raw_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len
 
 static void raw_progress(struct raw_peer *r)
 {
+	if (r->kind == RAW_IPC)
+		raw_ipc_progress(r);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		raw_ofi_progress(r);
@@ -597,6 +814,8 @@ static void raw_progress(struct raw_peer *r)
 
 static void raw_close(struct raw_peer *r)
 {
+	if (r->kind == RAW_IPC)
+		raw_ipc_close(r);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		raw_ofi_close(r);
