@@ -386,6 +386,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 			return WIMM_E_AGAIN;
 	}
 	struct ipc_entry *e = &q->ent[q->head & q->mask];
+	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
 	/* Reads complete only through the owner's look at them. */
 	e->flags = wr->signal || wr->op == WIMM_OP_READ ? IPC_F_NOTIFY : 0;
@@ -413,8 +414,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	};
 	q->data_head = dend;
 	q->head++;
-	__atomic_store_n(&q->hdr->prod, q->head, __ATOMIC_RELEASE);
-	ipc_notify(c->peer_page, c->peer_efd, c->peer_idx);
+	__atomic_store_n(&e->seq, (uint32_t)q->head, __ATOMIC_RELEASE);
+	ipc_notify(c->peer_page, &q->hdr->watch, c->peer_efd, c->peer_idx);
 	return 0;
 }
 

@@ -27,11 +27,17 @@ int ipc_errno_err(struct ipc_ctx *x, int err, const char *what, int code)
 
 void ipc_ready_add(struct ipc_conn *c)
 {
+	c->linger = IPC_LINGER;
 	if (c->in_ready)
 		return;
 	c->in_ready = 1;
 	c->ready_next = c->ctx->ready;
 	c->ctx->ready = c;
+	/* While we poll it, its producer need not tell us. */
+	if (!c->watching) {
+		c->watching = 1;
+		__atomic_store_n(&c->rx.hdr->watch, 1, __ATOMIC_RELAXED);
+	}
 }
 
 void ipc_evq_add(struct ipc_conn *c)

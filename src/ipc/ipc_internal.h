@@ -21,6 +21,9 @@
 #define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */
 #define IPC_HS_READ_MS 2000	   /* a request's handshake must follow its connect */
 #define IPC_PENDING 64		   /* connectors whose handshake is not here yet */
+/* Empty polls a busy connection stays watched (polled directly, its
+ * producer not setting bits): a round trip or two of a ping-pong. */
+#define IPC_LINGER 128
 
 struct ipc_conn;
 
@@ -101,7 +104,9 @@ struct ipc_conn {
 	int in_evq;
 	int up_pending;
 	struct wimm_down down;
-	uint64_t down_prod; /* what the peer had published when it went */
+	uint32_t down_left; /* entries the peer may still land once it went */
+	int watching;	    /* in the ready list, our watch flag set */
+	uint32_t linger;    /* empty polls left before we stop watching */
 
 	/* The peer's fds (from its request or its reply) until conn_ready. */
 	int peer_fd[IPC_NFDS];

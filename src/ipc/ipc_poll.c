@@ -20,7 +20,7 @@ void ipc_conn_down(struct ipc_conn *c, int status, int prov_err)
 		return;
 	/* What the peer had published by now still lands before the
 	 * CONN_DOWN; nothing after it. */
-	c->down_prod = c->rx.hdr ? __atomic_load_n(&c->rx.hdr->prod, __ATOMIC_ACQUIRE) : 0;
+	c->down_left = c->rx.n;
 	if (c->in_epoll) {
 		epoll_ctl(c->ctx->epfd, EPOLL_CTL_DEL, c->sock, NULL);
 		c->in_epoll = 0;
@@ -122,23 +122,21 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 static int ipc_drain(struct ipc_conn *c, struct wimm_cqe *out, int room, int *more)
 {
 	struct ipc_rxq *q = &c->rx;
-	uint64_t prod = __atomic_load_n(&q->hdr->prod, __ATOMIC_ACQUIRE);
-	int got = 0, notify = 0;
+	int got = 0, notify = 0, down = c->down.state != WIMM_DOWN_ALIVE;
 	uint64_t start = q->cons;
 
-	if (c->down.state != WIMM_DOWN_ALIVE && prod - c->down_prod <= q->n)
-		prod = c->down_prod;
-	if (prod - q->cons > q->n) {
-		wimm_ctx_set_provider_error(c->ctx->core, 0, "the peer published beyond its ring");
-		ipc_conn_down(c, WIMM_E_PROTO, 0);
-		return 0;
-	}
-	while (q->cons != prod) {
+	for (;;) {
+		struct ipc_entry *shared = &q->ent[q->cons & q->mask];
+		/* Published entries only; a seq the peer scribbled is none. */
+		if (__atomic_load_n(&shared->seq, __ATOMIC_ACQUIRE) != (uint32_t)(q->cons + 1))
+			break;
+		/* A peer that went may land one ring more, no more. */
+		if (down && c->down_left-- == 0)
+			break;
 		if (got == room) {
 			*more = 1;
 			break;
 		}
-		struct ipc_entry *shared = &q->ent[q->cons & q->mask];
 		struct ipc_entry e;
 		memcpy(&e, shared, sizeof(e));
 		int r = ipc_consume(c, &e, shared, out + got);
@@ -164,7 +162,7 @@ static int ipc_drain(struct ipc_conn *c, struct wimm_cqe *out, int room, int *mo
 		__atomic_store_n(&q->hdr->cons, q->cons, __ATOMIC_RELEASE);
 		/* The producer waits for its signaled operations and reads. */
 		if (notify)
-			ipc_notify(c->peer_page, c->peer_efd, c->peer_idx);
+			ipc_notify(c->peer_page, &c->tx.hdr->watch, c->peer_efd, c->peer_idx);
 	}
 	return got;
 }
@@ -254,6 +252,30 @@ static void ipc_collect_bits(struct ipc_ctx *x)
 	}
 }
 
+/* Anything of c's that a poll would find: a published entry of the
+ * peer's, or our own entries consumed and not retired. */
+static int ipc_has_work(const struct ipc_conn *c)
+{
+	const struct ipc_entry *e = &c->rx.ent[c->rx.cons & c->rx.mask];
+
+	return __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) == (uint32_t)(c->rx.cons + 1) ||
+	       __atomic_load_n(&c->tx.hdr->cons, __ATOMIC_ACQUIRE) != c->tx.tail;
+}
+
+/* Stop watching c (its producer sets our bits again): 1 when something
+ * arrived meanwhile, and c stays watched. */
+static int ipc_unwatch(struct ipc_conn *c)
+{
+	__atomic_store_n(&c->rx.hdr->watch, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (ipc_has_work(c)) {
+		__atomic_store_n(&c->rx.hdr->watch, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	c->watching = 0;
+	return 0;
+}
+
 /* Consume and retire for c: cqes made; *more when c has work left. */
 static int ipc_service(struct ipc_conn *c, struct wimm_cqe *out, int room, int *more)
 {
@@ -318,8 +340,16 @@ int ipc_poll(void *bctx, struct wimm_cqe *out, int n)
 		struct ipc_conn *c = *pp;
 		int more;
 
-		got += ipc_service(c, out + got, n - got, &more);
-		if (more) {
+		int k = ipc_service(c, out + got, n - got, &more);
+		got += k;
+		if (k || more)
+			c->linger = IPC_LINGER;
+		if ((k || more || --c->linger > 0) && !c->cut) {
+			pp = &c->ready_next;
+			continue;
+		}
+		if (!c->cut && ipc_unwatch(c)) {
+			c->linger = IPC_LINGER;
 			pp = &c->ready_next;
 			continue;
 		}
@@ -343,7 +373,12 @@ int ipc_arm(void *bctx)
 	x->ctrl_next_ns = 0;
 	__atomic_store_n(&x->page->armed, 1, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&x->page->summary, __ATOMIC_RELAXED) || x->ready || x->evq) {
+	int busy = __atomic_load_n(&x->page->summary, __ATOMIC_RELAXED) || x->evq;
+	/* Watched connections stay watched while we sleep: their producers
+	 * look at armed only. */
+	for (struct ipc_conn *c = x->ready; c && !busy; c = c->ready_next)
+		busy = c->mapped && !c->cut && ipc_has_work(c);
+	if (busy) {
 		__atomic_store_n(&x->page->armed, 0, __ATOMIC_RELAXED);
 		return WIMM_E_AGAIN;
 	}

@@ -12,10 +12,15 @@
  *
  * Per connection and direction, the producer's tx memfd (sealed too):
  *   line 0   geometry {magic, entries, data bytes} (read once at set-up)
- *   line 1   prod: entries published, written by the producer (release)
+ *   line 1   watch: the consumer polls this ring (written by the consumer)
  *   line 2   cons: entries consumed, written by the consumer (release)
- *   4096     entries[n], 64 bytes each
+ *   4096     entries[n], 64 bytes each; an entry is published by its seq
+ *            (position + 1, stored last, release): no shared producer index
  *   ...      data area: payloads longer than an entry's inline bytes
+ *
+ * A producer tells the consumer with ipc_notify() only when the consumer
+ * does not watch the ring (it polls a recently busy connection's next
+ * entry directly), so a stream costs one cache line per message.
  */
 #ifndef WIMM_IPC_WIRE_H
 #define WIMM_IPC_WIRE_H
@@ -26,7 +31,7 @@
 #define IPC_MAGIC 0x5749504331ull /* "WIPC1" */
 #define IPC_LINE 64
 #define IPC_HDR_BYTES 4096
-#define IPC_INLINE 32
+#define IPC_INLINE 24
 #define IPC_MAX_CONNS 4096	   /* 64 summary bits x 64 bits */
 #define IPC_ADDR_LEN 8		   /* conn_addr: magic (4) + our connection index (4) */
 #define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
@@ -37,13 +42,15 @@ enum ipc_op { IPC_OP_WRITE = 1, IPC_OP_WRITE_IMM, IPC_OP_SEND_IMM, IPC_OP_READ }
 #define IPC_F_NOTIFY 1u
 
 struct ipc_entry {
+	uint32_t seq; /* (uint32_t)(position + 1) once published */
 	uint16_t op;
 	uint16_t flags;
 	uint32_t len;
 	uint32_t imm;
-	int32_t status; /* written by the consumer: 0 or a WIMM_E_* */
 	uint64_t raddr;
 	uint64_t rkey;
+	int32_t status; /* written by the consumer: 0 or a WIMM_E_* */
+	uint32_t reserved;
 	union {
 		uint64_t doff; /* len > IPC_INLINE: offset in the data area */
 		uint8_t inl[IPC_INLINE];
@@ -55,7 +62,7 @@ struct ipc_ring_hdr {
 	_Alignas(IPC_LINE) uint64_t magic;
 	uint64_t entries; /* a power of two */
 	uint64_t data_bytes;
-	_Alignas(IPC_LINE) uint64_t prod;
+	_Alignas(IPC_LINE) uint32_t watch;
 	_Alignas(IPC_LINE) uint64_t cons;
 };
 _Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");
@@ -78,23 +85,33 @@ static inline size_t ipc_ring_bytes(uint64_t entries, uint64_t data_bytes)
 	return IPC_HDR_BYTES + (size_t)entries * sizeof(struct ipc_entry) + (size_t)data_bytes;
 }
 
-/* Tell the owner of `page` that its connection `idx` has something: the
- * entry (or the consumption) is published before this is called. Full
- * fence, then the bits, then the armed flag: against arm()'s store of
- * armed, fence, load of the summary, one of the two sides sees the other
- * (no lost wake-up). The eventfd write is the only system call, and only
- * towards a sleeper. */
-static inline void ipc_notify(struct ipc_page *page, int efd, uint32_t idx)
+/* The consumer of a ring watches it (watch = 1) while it polls it, or
+ * needs telling: then a producer sets the bits of its wake page. */
+static inline void ipc_wake_bits(struct ipc_page *page, uint32_t idx)
 {
 	uint64_t bit = 1ull << (idx % 64), sbit = 1ull << ((idx / 64) % 64);
 	uint64_t *w = &page->bits[(idx / 64) % (IPC_MAX_CONNS / 64)];
 
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
 		__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
 	if (!(__atomic_load_n(&page->summary, __ATOMIC_RELAXED) & sbit))
 		__atomic_fetch_or(&page->summary, sbit, __ATOMIC_SEQ_CST);
+}
+
+/* Tell the owner of `page` that its connection `idx` has something: the
+ * entry (or the consumption) is published before this is called; `watch`
+ * is the owner's watch flag of that connection. Full fence, then the
+ * watch flag and the bits, then the armed flag: against the owner's store
+ * of watch = 0 (or armed = 1), fence, look at the ring (or the summary),
+ * one of the two sides sees the other (no lost wake-up). The eventfd
+ * write is the only system call, and only towards a sleeper. */
+static inline void ipc_notify(struct ipc_page *page, const uint32_t *watch, int efd, uint32_t idx)
+{
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(watch, __ATOMIC_RELAXED)) {
+		ipc_wake_bits(page, idx);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	}
 	if (__atomic_load_n(&page->armed, __ATOMIC_RELAXED)) {
 		uint64_t one = 1;
 		/* Nonblocking (set at set-up): a full counter already wakes. */

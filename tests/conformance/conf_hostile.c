@@ -547,8 +547,8 @@ static int raw_ipc_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t
 		memcpy(data + e->u.doff, r->src, len);
 	}
 	r->prod++;
-	__atomic_store_n(&r->ring->prod, r->prod, __ATOMIC_RELEASE);
-	ipc_notify(r->srv_page, r->srv_efd, r->srv_idx);
+	__atomic_store_n(&e->seq, (uint32_t)r->prod, __ATOMIC_RELEASE);
+	ipc_notify(r->srv_page, &r->ring->watch, r->srv_efd, r->srv_idx);
 	r->posted++;
 	return 0;
 }
@@ -569,10 +569,13 @@ static void raw_ipc_progress(struct raw_peer *r)
 		else
 			r->done++;
 	}
-	if (r->srv_ring)
-		__atomic_store_n(&r->srv_ring->cons,
-				 __atomic_load_n(&r->srv_ring->prod, __ATOMIC_ACQUIRE),
-				 __ATOMIC_RELEASE);
+	if (!r->srv_ring)
+		return;
+	const struct ipc_entry *se = ipc_entries(r->srv_ring);
+	uint64_t n = r->srv_ring->entries, sc = r->srv_ring->cons;
+	while (__atomic_load_n(&se[sc % n].seq, __ATOMIC_ACQUIRE) == (uint32_t)(sc + 1))
+		sc++;
+	__atomic_store_n(&r->srv_ring->cons, sc, __ATOMIC_RELEASE);
 }
 
 static void raw_ipc_close(struct raw_peer *r)
