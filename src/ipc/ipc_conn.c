@@ -338,6 +338,11 @@ void ipc_conn_delete(void *bconn)
 static uint64_t ipc_data_alloc(struct ipc_txq *q, uint32_t len, uint64_t *end)
 {
 	uint64_t need = ((uint64_t)len + IPC_LINE - 1) & ~(uint64_t)(IPC_LINE - 1);
+
+	if (q->data_head == q->data_tail && q->data_head % IPC_DATA_BYTES) {
+		q->data_head += IPC_DATA_BYTES - q->data_head % IPC_DATA_BYTES;
+		q->data_tail = q->data_head;
+	}
 	uint64_t pos = q->data_head % IPC_DATA_BYTES;
 	uint64_t skip = pos + need > IPC_DATA_BYTES ? IPC_DATA_BYTES - pos : 0;
 
@@ -379,6 +384,9 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	uint32_t len = (uint32_t)wr->len;
 	uint64_t doff = 0, dend = q->data_head;
 	if (len > IPC_INLINE) {
+		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET && q->head != q->tail &&
+		    ipc_tx_retire(c, NULL, 0) < 0)
+			return WIMM_E_DISCONNECTED;
 		doff = ipc_data_alloc(q, len, &dend);
 		if (doff == UINT64_MAX && ipc_tx_retire(c, NULL, 0) >= 0)
 			doff = ipc_data_alloc(q, len, &dend);

@@ -14,8 +14,12 @@
 #include "core/handshake.h"
 #include "ipc/ipc_wire.h"
 
-#define IPC_DATA_BYTES (4u << 20) /* per direction */
-#define IPC_MAX_MSG (1u << 20)	  /* a quarter of it: four in flight */
+#define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
+#define IPC_MAX_MSG (8u << 20)	   /* half of it: one always fits */
+/* Past this point of the data area a post first retires what it can, so
+ * that an idle area starts over at 0: what stays resident is about the
+ * most a connection had in flight, not the whole area. */
+#define IPC_DATA_RESET (1u << 20)
 #define IPC_MAX_DEPTH 16384
 #define IPC_MIN_ENTRIES 64
 #define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */

@@ -205,7 +205,10 @@ int ipc_tx_retire(struct ipc_conn *c, struct wimm_cqe *out, int room)
 			    .internal = rec->internal,
 			    .status = st ? ipc_status(st) : 0,
 			};
-		q->data_tail = rec->data_end;
+		/* Inline entries carry the position of their post: an area that
+		 * started over since is not given back twice. */
+		if (rec->data_end > q->data_tail)
+			q->data_tail = rec->data_end;
 		q->tail++;
 	}
 	return got;
