@@ -90,7 +90,8 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		if (c->rx_delivered - c->rx_released >= c->rx_depth)
 			return WIMM_E_OVERDRAFT;
 		uint8_t *slot = c->slots + (c->rx_delivered % c->rx_depth) * c->recv_size;
-		memcpy(slot, src, e->len);
+		if (e->len)
+			memcpy(slot, src, e->len);
 		c->rx_delivered++;
 		*out = (struct wimm_cqe){.kind = WIMM_CQE_RECV_SEND_IMM,
 					 .conn = c->core,
