@@ -65,7 +65,7 @@ wimm_pair() {
             -p "$port" 127.0.0.1 >"$out" 2>"$work/wimm.err"; then
             break
         fi
-        [ "$attempt" -lt 50 ] || { cat "$work/wimm.err" >&2; die "wimm pingpong client failed"; }
+        [ "$attempt" -lt 50 ] || { cat "$work/wimm.err" "$work/wimm-server.out" >&2; die "wimm pingpong client failed"; }
         sleep 0.1
     done
     wait "$server_pid" || die "wimm pingpong server on $2 failed"
