@@ -5,7 +5,9 @@
 # in which every tool runs once in turn (drift hits all alike); every round
 # is kept and printed:
 #   wimm pingpong -f ipc -o write_imm        --self, and as two processes
-#   wimm pingpong -f ofi:shm -o write_imm    --self, and as two processes
+#   wimm pingpong -f ofi:shm -o write_imm    --self (its two-process client was
+#                                            refused by the server's TCP side channel
+#                                            inside this script: not measured here)
 #   fi_pingpong -p shm -e rdm -S 8           two processes (prints an average)
 #   ucx_perftest -t ucp_am_lat -s 8          two processes, UCX_TLS=posix,self
 #                                            (prints the median and average)
@@ -123,7 +125,6 @@ for round in $(seq "$ROUNDS"); do
     wimm_self "$round" pingpong ipc 8 "$ITERS"
     wimm_pair "$round" ipc
     wimm_self "$round" pingpong ofi:shm 8 "$ITERS"
-    wimm_pair "$round" ofi:shm
     fi_pair "$round"
     ucx_pair "$round" ucp_am_lat 8 "$ITERS"
     say "round $round/$ROUNDS: rate and bandwidth"
@@ -152,7 +153,6 @@ def val(what, key, rnd):
     return "-"
 lat = [("wimm ipc --self", "pingpong --self ipc 8"), ("wimm ipc 2 procs", "pingpong 2proc ipc 8"),
        ("wimm ofi:shm --self", "pingpong --self ofi:shm 8"),
-       ("wimm ofi:shm 2 procs", "pingpong 2proc ofi:shm 8"),
        ("fi_pingpong shm rdm", "pingpong 2proc ofi:shm 8"), ("ucx_perftest ucp_am_lat", "ucp_am_lat 8")]
 print("8-byte one-way latency, µs, every round (median / avg; fi_pingpong prints an avg only)\n")
 print("| run | " + " | ".join(f"round {r}" for r in rounds) + " |")
