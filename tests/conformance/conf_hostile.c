@@ -1227,11 +1227,50 @@ out:
 	pair_close(&a.p);
 }
 
+/* The ipc fabric's addressing errors: a spec it does not take, hosts
+ * other than this one, a port already taken. */
+static void t_ipc_addresses(const char *uri)
+{
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_listener *l = NULL, *l2 = NULL;
+	struct wimm_conn *c = NULL;
+	char addr[64];
+
+	if (strcmp(uri, "ipc") != 0) {
+		conf_skip("the addressing rules are the ipc fabric's");
+		return;
+	}
+	CHECK_RC(wimm_ctx_open("ipc:shm", NULL, &ctx), WIMM_E_NODEV);
+	CHECK(ctx == NULL);
+	CHECK_OK(wimm_ctx_open("ipc", NULL, &ctx));
+	CHECK(strcmp(wimm_ctx_fabric(ctx), "ipc") == 0);
+	CHECK_RC(wimm_listen(ctx, "192.0.2.1:0", NULL, &l), WIMM_E_ADDR);
+	CHECK_RC(wimm_listen(ctx, "127.0.0.1:http", NULL, &l), WIMM_E_ADDR);
+	CHECK_RC(wimm_connect(ctx, "192.0.2.1:7471", NULL, 2000, &c), WIMM_E_UNREACHABLE);
+	CHECK(c == NULL);
+	CHECK_OK(wimm_listen(ctx, "localhost:0", NULL, &l));
+	int port = wimm_listener_port(l);
+	CHECK(port > 0 && port < 65536);
+	snprintf(addr, sizeof(addr), "[::1]:%d", port);
+	CHECK_RC(wimm_listen(ctx, addr, NULL, &l2), WIMM_E_ADDR);
+	CHECK(l2 == NULL);
+	wimm_listener_delete(&l);
+	/* Nobody listens there any more. */
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	CHECK_RC(wimm_connect(ctx, addr, NULL, 2000, &c), WIMM_E_UNREACHABLE);
+out:
+	wimm_conn_delete(&c);
+	wimm_listener_delete(&l);
+	wimm_listener_delete(&l2);
+	wimm_ctx_close(&ctx);
+}
+
 const struct conf_test conf_tests_hostile[] = {
     {"hostile_outside_window", t_hostile_outside_window, 60},
     {"hostile_old_key", t_hostile_old_key, 60},
     {"hostile_overdraft", t_hostile_overdraft, 60},
     {"hostile_ipc_ring", t_hostile_ipc_ring, 60},
     {"hostile_ipc_fds", t_hostile_ipc_fds, 60},
+    {"ipc_addresses", t_ipc_addresses, 60},
     {NULL, NULL, 0},
 };
