@@ -176,6 +176,8 @@ void remove_shm_regions(pid_t pid);
 /* The ipc fabric's listener at "host:port" (an abstract unix socket):
  * a connected SOCK_SEQPACKET socket, or -1 (conf_hostile.c). */
 int conf_ipc_dial(const char *addr);
+/* One message of len bytes with three fds attached (SCM_RIGHTS): 0 or -1. */
+int conf_ipc_send(int sock, const uint8_t *buf, size_t len, const int *fd);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
 int conf_requests_child(int argc, char **argv);
 

@@ -158,28 +158,12 @@ static size_t good_hs(uint8_t *b)
  * its ring, wake page and eventfd: the core's decoder sees the bytes. */
 static int raw_send_ipc(const char *addr, const uint8_t *buf, size_t len)
 {
-	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
-		struct cmsghdr align;
-	} cm;
-	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	struct msghdr m = {.msg_iov = &iov,
-			   .msg_iovlen = 1,
-			   .msg_control = cm.buf,
-			   .msg_controllen = sizeof(cm.buf)};
-	int fds[3], fd = conf_ipc_dial(addr);
+	const int fds[3] = {STDERR_FILENO, STDERR_FILENO, STDERR_FILENO};
+	int fd = conf_ipc_dial(addr);
 
 	if (fd < 0 || len == 0)
 		return fd;
-	for (int i = 0; i < 3; i++)
-		fds[i] = STDERR_FILENO;
-	memset(&cm, 0, sizeof(cm));
-	struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-	h->cmsg_level = SOL_SOCKET;
-	h->cmsg_type = SCM_RIGHTS;
-	h->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(h), fds, sizeof(fds));
-	if (sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)len) {
+	if (conf_ipc_send(fd, buf, len, fds)) {
 		close(fd);
 		return -1;
 	}
