@@ -53,6 +53,8 @@ const char *wimm_kv_strerror(int err)
 		return "value failed its checks (torn, stale or rewritten)";
 	case WIMM_KV_E_BUSY:
 		return "no free slot until reader leases end";
+	case WIMM_KV_E_EXPIRED:
+		return "grant expired before its value was written";
 	default:
 		return wimm_strerror(err);
 	}
