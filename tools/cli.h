@@ -84,6 +84,8 @@ struct endpoint {
 	uint32_t sq_depth;
 	struct wimm_mr *window_mr;
 	struct wimm_mr *source_mr;
+	uint64_t *result; /* write_atomic: where fetch-and-add leaves the old word */
+	struct wimm_mr *result_mr;
 	struct wimm_listener *listener;
 	struct wimm_conn *conn;
 	struct wimm_event backlog[EP_BACKLOG];

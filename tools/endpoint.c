@@ -124,6 +124,10 @@ static const char *wimm_op_name(enum wimm_op op)
 		return "send_imm";
 	case WIMM_OP_READ:
 		return "read";
+	case WIMM_OP_FETCH_ADD:
+		return "fetch_add";
+	case WIMM_OP_CMP_SWAP:
+		return "cmp_swap";
 	}
 	return "operation";
 }
@@ -489,7 +493,11 @@ static int post_once(struct endpoint *ep, enum wimm_op op, size_t src_off, size_
 		return wimm_write(ep->conn, ep->source_mr, src_off, dst_off, len, flags);
 	case WIMM_OP_SEND_IMM:
 		return wimm_send_imm(ep->conn, ep->source_mr, src_off, len, imm, flags);
+	case WIMM_OP_FETCH_ADD:
+		/* write_atomic's signal: add 1 to the peer's signal word. */
+		return wimm_fetch_add(ep->conn, ep->result_mr, 0, dst_off, 1, flags);
 	case WIMM_OP_READ:
+	case WIMM_OP_CMP_SWAP:
 		break;
 	}
 	return WIMM_E_INVAL;
