@@ -79,6 +79,11 @@ struct wimm_wr {
 	uint64_t compare; /* CMP_SWAP: the value the word must hold */
 	int signal;	  /* report success as WIMM_CQE_SEND_DONE */
 	int internal;	  /* core's credit / heartbeat write: may use sq_reserve */
+	/* Complete only once the bytes are placed at the peer, not when they
+	 * left (the graceful close's fence: on a stream transport the peer
+	 * may otherwise lose what is still in its socket when we go). RC
+	 * completions already mean that. */
+	int delivered;
 	uint64_t op_seq;  /* echoed in the completion */
 };
 

@@ -401,9 +401,10 @@ int wimm_conn_close(struct wimm_conn **pc, int timeout_ms)
 	int ret = c->state == CONN_DOWN ? WIMM_E_DISCONNECTED : 0;
 
 	if (c->state == CONN_UP) {
-		/* Credits we owe go out first, then a signaled zero-length write:
-		 * sends complete in order, so its completion says everything
-		 * posted before it has completed at the transport. */
+		/* Credits we owe go out first, then a signaled zero-length write
+		 * that completes once delivered: sends complete in order, so its
+		 * completion says everything posted before it has reached the
+		 * peer's memory. */
 		wimm_conn_release(c);
 		struct wimm_wr wr = {
 		    .op = WIMM_OP_WRITE,
@@ -411,6 +412,7 @@ int wimm_conn_close(struct wimm_conn **pc, int timeout_ms)
 		    .rkey = c->peer.credit_key,
 		    .signal = 1,
 		    .internal = 1,
+		    .delivered = 1,
 		    .op_seq = FENCE_OP_SEQ,
 		};
 		int64_t post_deadline = deadline;

@@ -414,6 +414,10 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		flags |= FI_COMPLETION;
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
 		flags |= FI_INJECT;
+	/* tcp completes a write when it leaves; shm's copy is the delivery
+	 * (and its RMA path never completes with this flag). */
+	if (wr->delivered && c->ctx->msg)
+		flags |= FI_DELIVERY_COMPLETE;
 
 	pos = (uint32_t)(c->tx_head % c->tx_max);
 	t = &c->tx[pos];
