@@ -27,6 +27,7 @@
 #include "ps_cmd.h"
 
 #define PS_EXIT_SERVER_LOST 3
+#define PS_MASK ((1u << WIMM_PS_ITERATION_BITS) - 1)
 
 static void ps_usage(FILE *f)
 {
@@ -48,8 +49,9 @@ static void ps_usage(FILE *f)
 	      "  --update U       sum (default), average, or sgd with --lr X (default 0.1)\n"
 	      "  -f FABRIC        auto, ofi:tcp, ofi:shm, verbs:rxe0 (default auto)\n"
 	      "  --port P         default 7490 (HOST without a port means it too)\n"
-	      "  worker: pushes deterministic test gradients for I iterations (default 100)\n"
-	      "          after a random pause of up to MAX ms each; --check verifies that\n"
+	      "  worker: pushes deterministic test gradients until every shard has had I\n"
+	      "          updates since the server started (default 100), each step after a\n"
+	      "          random pause of up to MAX ms; --check verifies that\n"
 	      "          every pull is exactly the sum of all workers' pushes (sync, sum, no\n"
 	      "          backups); rank / world / host default to RANK, WORLD_SIZE,\n"
 	      "          MASTER_ADDR:MASTER_PORT or OMPI_COMM_WORLD_RANK / _SIZE\n"
@@ -95,7 +97,33 @@ static void host_addr(const char *host, const char *port, char *out, size_t len)
 			 port ? port : "7490");
 }
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, crash_flag;
+
+/* A crash on request, for tests on ofi:shm (as `wimm log`): libfabric's shm
+ * provider takes a spinlock in the peer's shared region inside its calls,
+ * and a process killed while it holds one leaves the peer spinning. With
+ * WIMM_PS_CRASH_ON_USR1=1, SIGUSR1 makes serve and worker SIGKILL
+ * themselves between two calls into the library: as abrupt as a SIGKILL. */
+static void on_crash(int sig)
+{
+	(void)sig;
+	crash_flag = 1;
+}
+
+static void crash_setup(void)
+{
+	const char *e = getenv("WIMM_PS_CRASH_ON_USR1");
+	if (e && !strcmp(e, "1")) {
+		struct sigaction sa = {.sa_handler = on_crash};
+		sigaction(SIGUSR1, &sa, NULL);
+	}
+}
+
+static void crash_point(void)
+{
+	if (crash_flag)
+		raise(SIGKILL);
+}
 
 static void on_signal(int sig)
 {
@@ -189,8 +217,9 @@ static int ps_serve(int argc, char **argv)
 	       a.fabric, wimm_ps_server_port(s), a.first_shard, a.first_shard + a.shards - 1,
 	       a.shard_size, a.workers, a.backups, a.mode == WIMM_PS_ASYNC ? "async" : "sync");
 	fflush(stdout);
+	crash_setup();
 	while (!stop && (rc = wimm_ps_server_run(s, 100)) >= 0)
-		;
+		crash_point();
 	if (rc < 0)
 		fprintf(stderr, "wimm ps serve: %s\n", wimm_strerror(rc));
 	struct wimm_ps_stats st;
@@ -345,7 +374,7 @@ static double now_s(void)
 
 /* With --check: every element of every shard is the sum of all workers'
  * gradients for the iteration pushed. */
-static int check_sums(const struct wimm_ps_worker_info *in, const uint32_t *pushed_iter,
+static int check_sums(const struct wimm_ps_worker_info *in, const uint64_t *pushed_iter,
 		      uint32_t rank)
 {
 	size_t per = in->shard_size / sizeof(float);
@@ -353,13 +382,14 @@ static int check_sums(const struct wimm_ps_worker_info *in, const uint32_t *push
 		for (size_t j = 0; j < per; j++) {
 			float want = 0;
 			for (uint32_t w = 0; w < in->workers; w++)
-				want += ps_test_grad(w, s, j, pushed_iter[s]);
+				want += ps_test_grad(w, s, j, (uint32_t)(pushed_iter[s] & PS_MASK));
 			float got = in->params[(size_t)s * per + j];
 			if (got != want) {
-				fprintf(stderr,
-					"wimm ps worker %u: shard %u iteration %u element %zu: %g, "
-					"the sum of the pushes is %g\n",
-					rank, s, pushed_iter[s], j, got, want);
+				fprintf(
+				    stderr,
+				    "wimm ps worker %u: shard %u iteration %llu element %zu: %g, "
+				    "the sum of the pushes is %g\n",
+				    rank, s, (unsigned long long)pushed_iter[s], j, got, want);
 				return -1;
 			}
 		}
@@ -413,37 +443,58 @@ static int ps_worker(int argc, char **argv)
 		wimm_ps_worker_delete(&w);
 		return 2;
 	}
-	uint32_t *iter = calloc(in.shards, sizeof(*iter));
+	uint64_t *iter = calloc(in.shards, sizeof(*iter)), steps = 0;
 	size_t per = in.shard_size / sizeof(float);
 	unsigned seed = o.seed * 7919u + rank;
 	double start = now_s();
 	int status = iter ? 0 : 1;
-	for (uint32_t it = 0; it < o.iterations && status == 0; it++) {
+	crash_setup();
+	/* Until every shard has had I updates since the server started (so
+	 * that with backups a worker whose pushes were stale, or one that
+	 * joined late, stops with the others). */
+	for (;;) {
+		uint64_t least = UINT64_MAX;
+		for (uint32_t s = 0; s < in.shards; s++) {
+			wimm_ps_worker_iteration(w, s, &iter[s]);
+			least = iter[s] < least ? iter[s] : least;
+		}
+		if (status || least >= o.iterations)
+			break;
 		if (o.delay_ms)
 			sleep_ms((uint32_t)rand_r(&seed) % (o.delay_ms + 1));
 		/* Shards go in a random order: arrival order must not matter. */
 		uint32_t first = (uint32_t)rand_r(&seed) % in.shards;
 		for (uint32_t k = 0; k < in.shards && status == 0; k++) {
-			uint32_t s = (first + k) % in.shards;
-			wimm_ps_worker_iteration(w, s, &iter[s]);
+			uint32_t s = (first + k) % in.shards, it = (uint32_t)(iter[s] & PS_MASK);
+			crash_point();
 			for (size_t j = 0; j < per; j++)
-				in.grads[(size_t)s * per + j] = ps_test_grad(rank, s, j, iter[s]);
+				in.grads[(size_t)s * per + j] = ps_test_grad(rank, s, j, it);
 			if ((rc = wimm_ps_worker_push(w, s)) < 0)
 				status = worker_fail(w, rank, rc, "push");
 		}
-		if (status == 0 && (rc = wimm_ps_worker_pull(w, o.timeout_ms)) < 0)
+		/* Pulled in slices, so a crash request is served while waiting. */
+		int64_t until = (int64_t)(now_s() * 1e3) + o.timeout_ms;
+		rc = WIMM_E_TIMEDOUT;
+		while (status == 0 && rc == WIMM_E_TIMEDOUT && (int64_t)(now_s() * 1e3) < until) {
+			crash_point();
+			rc = wimm_ps_worker_pull(w, 100);
+		}
+		if (status == 0 && rc < 0)
 			status = worker_fail(w, rank, rc, "pull");
 		if (status == 0 && o.check && check_sums(&in, iter, rank) < 0)
 			status = 1;
+		steps++;
 	}
 	double secs = now_s() - start;
 	struct wimm_ps_worker_stats st;
 	wimm_ps_worker_stats(w, &st);
 	if (status == 0)
-		printf("wimm ps worker %u: %u iterations of %u shards x %u B, %llu pushes, %.3f s, "
-		       "%.3f ms per iteration%s\n",
-		       rank, o.iterations, in.shards, in.shard_size, (unsigned long long)st.pushes,
-		       secs, secs * 1e3 / o.iterations, o.check ? "; every sum checked" : "");
+		printf("wimm ps worker %u: %llu steps of %u shards x %u B, %llu pushes, %.3f s, "
+		       "%.3f ms per step%s\n",
+		       rank, (unsigned long long)steps, in.shards, in.shard_size,
+		       (unsigned long long)st.pushes, secs,
+		       secs * 1e3 / (double)(steps ? steps : 1),
+		       o.check ? "; every sum checked" : "");
 	free(iter);
 	wimm_ps_worker_delete(&w);
 	return status;

@@ -232,9 +232,10 @@ int wimm_ps_worker_info(const struct wimm_ps_worker *w, struct wimm_ps_worker_in
  * gone), TIMEDOUT (no credit in time), the errors of wimm_write_imm. */
 int wimm_ps_worker_push(struct wimm_ps_worker *w, uint32_t shard);
 
-/* The iteration (modulo 2^14) the next push of shard is for: that of the
- * parameters the last pull returned. Errors: INVAL. */
-int wimm_ps_worker_iteration(const struct wimm_ps_worker *w, uint32_t shard, uint32_t *out);
+/* The iteration the next push of shard is for (that of the parameters the
+ * last pull returned), counted from the server's start: updates applied to
+ * that shard before. The imm carries it modulo 2^14. Errors: INVAL. */
+int wimm_ps_worker_iteration(const struct wimm_ps_worker *w, uint32_t shard, uint64_t *out);
 
 /* Wait up to timeout_ms (-1 forever) until every shard pushed since the
  * last pull has newer parameters. Errors: TIMEDOUT (the statistics say

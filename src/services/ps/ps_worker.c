@@ -10,6 +10,7 @@
 struct ps_link {
 	uint32_t index; /* in attr.servers */
 	uint32_t first, shards;
+	uint64_t iteration_min; /* the server's, when asked: places iterations */
 	struct wimm_conn *conn;
 	int dead;
 };
@@ -24,9 +25,10 @@ struct wimm_ps_worker {
 	size_t bytes;
 	float *params, *grads;
 	struct wimm_mr *params_mr, *grads_mr;
-	uint32_t *owner;  /* shard -> link */
-	uint32_t *base;	  /* the iteration the caller computes on */
-	uint32_t *latest; /* the newest iteration received */
+	uint32_t *owner;		 /* shard -> link */
+	uint32_t *base;			 /* the iteration the caller computes on (modulo 2^14) */
+	uint32_t *latest;		 /* the newest iteration received (modulo 2^14) */
+	uint64_t *abs_base, *abs_latest; /* the same counted from the server's start */
 	uint8_t *have, *pushed;
 	struct wimm_ps_worker_stats st;
 };
@@ -53,8 +55,10 @@ static int learn_servers(struct wimm_ps_worker *w, const struct wimm_ps_worker_a
 		else if (st.shard_size != w->geometry.shard_size ||
 			 st.workers != w->geometry.workers || st.mode != w->geometry.mode)
 			return WIMM_E_INVAL;
-		w->link[k] = (struct ps_link){
-		    .index = k, .first = (uint32_t)st.first_shard, .shards = (uint32_t)st.shards};
+		w->link[k] = (struct ps_link){.index = k,
+					      .first = (uint32_t)st.first_shard,
+					      .shards = (uint32_t)st.shards,
+					      .iteration_min = st.iteration_min};
 	}
 	qsort(w->link, a->nservers, sizeof(*w->link), by_first);
 	uint32_t next = 0;
@@ -82,9 +86,12 @@ static int alloc_state(struct wimm_ps_worker *w)
 	w->owner = calloc(w->shards, sizeof(*w->owner));
 	w->base = calloc(w->shards, sizeof(*w->base));
 	w->latest = calloc(w->shards, sizeof(*w->latest));
+	w->abs_base = calloc(w->shards, sizeof(*w->abs_base));
+	w->abs_latest = calloc(w->shards, sizeof(*w->abs_latest));
 	w->have = calloc(w->shards, 1);
 	w->pushed = calloc(w->shards, 1);
-	if (!w->owner || !w->base || !w->latest || !w->have || !w->pushed)
+	if (!w->owner || !w->base || !w->latest || !w->abs_base || !w->abs_latest || !w->have ||
+	    !w->pushed)
 		return WIMM_E_NOMEM;
 	for (uint32_t k = 0; k < w->nlinks; k++)
 		for (uint32_t i = 0; i < w->link[k].shards; i++)
@@ -142,8 +149,17 @@ static void on_event(struct wimm_ps_worker *w, const struct wimm_event *ev)
 	if (v[PS_OUT_KIND] != PS_K_PARAMS || s >= w->shards || &w->link[w->owner[s]] != l)
 		return;
 	w->st.params_in++;
-	if (!w->have[s] || ps_iter_newer(v[PS_OUT_ITER], w->latest[s]))
-		w->latest[s] = v[PS_OUT_ITER];
+	uint32_t it = v[PS_OUT_ITER];
+	if (!w->have[s]) {
+		/* Placed after the server's least advanced shard when it was
+		 * asked (shards are never 2^13 iterations apart). */
+		uint64_t at = l->iteration_min;
+		w->abs_latest[s] = at + ((it - (uint32_t)at) & PS_ITER_MASK);
+		w->latest[s] = it;
+	} else if (ps_iter_newer(it, w->latest[s])) {
+		w->abs_latest[s] += (it - w->latest[s]) & PS_ITER_MASK;
+		w->latest[s] = it;
+	}
 	w->have[s] = 1;
 }
 
@@ -191,6 +207,7 @@ static int pushed_answered(const struct wimm_ps_worker *w)
 static void take_latest(struct wimm_ps_worker *w)
 {
 	memcpy(w->base, w->latest, w->shards * sizeof(*w->base));
+	memcpy(w->abs_base, w->abs_latest, w->shards * sizeof(*w->abs_base));
 	memset(w->pushed, 0, w->shards);
 }
 
@@ -254,6 +271,8 @@ int wimm_ps_worker_delete(struct wimm_ps_worker **wp)
 	free(w->owner);
 	free(w->base);
 	free(w->latest);
+	free(w->abs_base);
+	free(w->abs_latest);
 	free(w->have);
 	free(w->pushed);
 	free(w->link);
@@ -295,11 +314,11 @@ int wimm_ps_worker_push(struct wimm_ps_worker *w, uint32_t shard)
 	return 0;
 }
 
-int wimm_ps_worker_iteration(const struct wimm_ps_worker *w, uint32_t shard, uint32_t *out)
+int wimm_ps_worker_iteration(const struct wimm_ps_worker *w, uint32_t shard, uint64_t *out)
 {
 	if (!w || !out || shard >= w->shards)
 		return WIMM_E_INVAL;
-	*out = w->base[shard];
+	*out = w->abs_base[shard];
 	return 0;
 }
 
