@@ -3,7 +3,7 @@
  * `wimm ps serve` command) and `wimm ps worker` processes, over a real
  * fabric.
  *
- *   ps_test WIMM FABRIC sums | backup | worker_kill | worker_kill_backup |
+ *   ps_test WIMM FABRIC sums | backup | async | worker_kill | worker_kill_backup |
  *                        server_kill | bad_input | hostile
  *
  * sums:    8 workers x 32 shards x 200 iterations with random pauses; every
@@ -12,6 +12,8 @@
  * backup:  the same with one backup worker: every update is the exact sum of
  *          the 7 pushes it took, the late ones are dropped as stale and
  *          counted, and every push is accounted for.
+ * async:   every push applied on arrival, bounded staleness 2: each update
+ *          is exactly one push, the too old ones dropped and counted.
  * worker_kill[_backup]: a worker SIGKILLed mid-training: without a backup
  *          the server reports that it waits for it (and the others are told);
  *          with one the others finish.
@@ -206,7 +208,8 @@ static int checking_server(struct proc *p, struct wimm_ps_server_attr *a)
 	if (p->pid < 0)
 		die("fork: %s", strerror(errno));
 	if (p->pid == 0) {
-		struct check c = {a->workers, a->workers - a->backups, 0};
+		struct check c = {a->workers,
+				  a->mode == WIMM_PS_ASYNC ? 1 : a->workers - a->backups, 0};
 		struct wimm_ps_server *s = NULL;
 		signal(SIGTERM, on_term);
 		a->on_apply = check_apply;
@@ -386,6 +389,52 @@ static int t_sums(int backups)
 	return 0;
 }
 
+/* Asynchronous with bounded staleness: every update is exactly one push's
+ * gradient, pushes on parameters too old are dropped and counted, every
+ * push is accounted for. */
+static int t_async(void)
+{
+	struct wimm_ps_server_attr a = {.fabric = fabric,
+					.addr = "127.0.0.1:0",
+					.shards = 8,
+					.shard_size = 1024,
+					.workers = 4,
+					.mode = WIMM_PS_ASYNC,
+					.staleness = 2,
+					.liveness_ms = 4000};
+	struct proc srv, w[4];
+	struct wimm_ps_stats st;
+	int port = checking_server(&srv, &a);
+	workers_from(w, 0, 4, port, "300", "2", 0, "30000");
+	int left = wait_all(w, 4, 120000);
+	stats_of(port, &st);
+	kill(srv.pid, SIGTERM);
+	wait_all(&srv, 1, 20000);
+	stop_all(w, 4);
+	stop_all(&srv, 1);
+	unsigned long long sent = 0;
+	for (int r = 0; r < 4; r++) {
+		if (w[r].status != 0)
+			show(&w[r], "worker");
+		CHECK(w[r].status == 0, "worker %d ended with status %d", r, w[r].status);
+		sent += pushes_of(&w[r]);
+	}
+	CHECK(left == 0, "%d workers still running", left);
+	if (srv.status != 0)
+		show(&srv, "server");
+	CHECK(srv.status == 0, "an update was not exactly its push");
+	printf("server: applied %llu, pushes %llu, stale %llu; workers sent %llu\n",
+	       (unsigned long long)st.applied, (unsigned long long)st.pushes,
+	       (unsigned long long)st.stale, sent);
+	CHECK(st.pushes == st.applied && st.pushes + st.stale + st.duplicates == sent,
+	      "applied %llu, pushes %llu + stale %llu + duplicates %llu, sent %llu",
+	      (unsigned long long)st.applied, (unsigned long long)st.pushes,
+	      (unsigned long long)st.stale, (unsigned long long)st.duplicates, sent);
+	CHECK(st.iteration_min >= 300, "a shard only had %llu updates",
+	      (unsigned long long)st.iteration_min);
+	return 0;
+}
+
 /* A worker killed mid-training, with or without a backup worker. */
 static int t_worker_kill(int backups)
 {
@@ -503,6 +552,8 @@ int main(int argc, char **argv)
 		rc = t_sums(0);
 	else if (!strcmp(t, "backup"))
 		rc = t_sums(1);
+	else if (!strcmp(t, "async"))
+		rc = t_async();
 	else if (!strcmp(t, "worker_kill"))
 		rc = t_worker_kill(0);
 	else if (!strcmp(t, "worker_kill_backup"))
