@@ -17,6 +17,8 @@
  * worker_kill[_backup]: a worker SIGKILLed mid-training: without a backup
  *          the server reports that it waits for it (and the others are told);
  *          with one the others finish.
+ * worker_rejoin: a killed worker started again under its rank: the stall
+ *          ends and every worker finishes.
  * server_kill: every worker reports the server's death within the liveness
  *          bound.
  * bad_input, hostile: ps_test_raw.c. */
@@ -494,6 +496,45 @@ static int t_worker_kill(int backups)
 	return 0;
 }
 
+/* A worker killed and started again under its rank: the stall ends, all
+ * finish. */
+static int t_worker_rejoin(void)
+{
+	struct proc srv, w[4];
+	struct wimm_ps_stats st;
+	int port = serve_cmd(&srv, "8", "4096", "3", "0", "2000");
+	workers_from(w, 0, 3, port, "200", "5", 0, "15000");
+	int64_t until = now_ms() + 30000 * scale();
+	do {
+		sleep_ms(50);
+		stats_of(port, &st);
+	} while (st.iteration_min < 20 && now_ms() < until);
+	CHECK(st.iteration_min >= 20 && st.iteration_min < 200, "iteration %llu at the kill",
+	      (unsigned long long)st.iteration_min);
+	kill(w[1].pid, kill_sig);
+	do {
+		sleep_ms(50);
+		stats_of(port, &st);
+	} while (!(st.stalls && st.waiting[0] == 2u) && now_ms() < until);
+	CHECK(st.stalls && st.waiting[0] == 2u, "no stall report naming worker 1");
+	wait_all(&w[1], 1, 10000);
+	workers_from(&w[3], 1, 1, port, "200", "5", 0, "15000");
+	int left = wait_all(w, 4, 120000);
+	stats_of(port, &st);
+	stop_all(w, 4);
+	stop_all(&srv, 1);
+	CHECK(left == 0, "%d workers still running", left);
+	for (int r = 0; r < 4; r++) {
+		if (r != 1 && w[r].status != 0)
+			show(&w[r], "worker");
+		CHECK(r == 1 || w[r].status == 0, "worker process %d: status %d", r, w[r].status);
+	}
+	CHECK(st.iteration_min >= 200 && st.workers_lost >= 1, "iteration %llu, lost %llu",
+	      (unsigned long long)st.iteration_min, (unsigned long long)st.workers_lost);
+	printf("worker 1 killed at iteration 20+, stalled, rejoined: all finished 200\n");
+	return 0;
+}
+
 /* The server killed: every worker says so within the liveness bound. */
 static int t_server_kill(void)
 {
@@ -558,6 +599,8 @@ int main(int argc, char **argv)
 		rc = t_worker_kill(0);
 	else if (!strcmp(t, "worker_kill_backup"))
 		rc = t_worker_kill(1);
+	else if (!strcmp(t, "worker_rejoin"))
+		rc = t_worker_rejoin();
 	else if (!strcmp(t, "server_kill"))
 		rc = t_server_kill();
 	else if (!strcmp(t, "bad_input"))
