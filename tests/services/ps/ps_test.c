@@ -325,6 +325,18 @@ static unsigned long long pushes_of(const struct proc *p)
 
 /* ----------------------------------------------------------- scenarios */
 
+/* Wait until every shard of the server at port has had `at_least` updates
+ * (st: its statistics then); 0, or -1 after 30 s. */
+static int wait_iteration(int port, uint64_t at_least, struct wimm_ps_stats *st)
+{
+	int64_t until = now_ms() + 30000 * scale();
+	do {
+		sleep_ms(50);
+		stats_of(port, st);
+	} while (st->iteration_min < at_least && now_ms() < until);
+	return st->iteration_min >= at_least ? 0 : -1;
+}
+
 static int shape(const char *env, int dflt)
 {
 	const char *v = getenv(env);
@@ -444,12 +456,7 @@ static int t_worker_kill(int backups)
 	struct wimm_ps_stats st;
 	int port = serve_cmd(&srv, "8", "4096", "4", backups ? "1" : "0", "2000");
 	workers_from(w, 0, 4, port, backups ? "400" : "1000000", "2", 0, "4000");
-	int64_t until = now_ms() + 30000 * scale();
-	do {
-		sleep_ms(100);
-		stats_of(port, &st);
-	} while (st.iteration_min < 30 && now_ms() < until);
-	CHECK(st.iteration_min >= 30, "no progress: iteration %llu",
+	CHECK(wait_iteration(port, 30, &st) == 0, "no progress: iteration %llu",
 	      (unsigned long long)st.iteration_min);
 	kill(w[2].pid, kill_sig);
 	int64_t killed = now_ms();
@@ -504,14 +511,10 @@ static int t_worker_rejoin(void)
 	struct wimm_ps_stats st;
 	int port = serve_cmd(&srv, "8", "4096", "3", "0", "2000");
 	workers_from(w, 0, 3, port, "200", "5", 0, "15000");
-	int64_t until = now_ms() + 30000 * scale();
-	do {
-		sleep_ms(50);
-		stats_of(port, &st);
-	} while (st.iteration_min < 20 && now_ms() < until);
-	CHECK(st.iteration_min >= 20 && st.iteration_min < 200, "iteration %llu at the kill",
-	      (unsigned long long)st.iteration_min);
+	CHECK(wait_iteration(port, 20, &st) == 0 && st.iteration_min < 200,
+	      "iteration %llu at the kill", (unsigned long long)st.iteration_min);
 	kill(w[1].pid, kill_sig);
+	int64_t until = now_ms() + 20000 * scale();
 	do {
 		sleep_ms(50);
 		stats_of(port, &st);
@@ -542,12 +545,7 @@ static int t_server_kill(void)
 	struct wimm_ps_stats st;
 	int port = serve_cmd(&srv, "8", "4096", "4", "0", "2000");
 	workers_from(w, 0, 4, port, "1000000", "1", 0, "60000");
-	int64_t until = now_ms() + 30000 * scale();
-	do {
-		sleep_ms(100);
-		stats_of(port, &st);
-	} while (st.iteration_min < 20 && now_ms() < until);
-	CHECK(st.iteration_min >= 20, "no progress");
+	CHECK(wait_iteration(port, 20, &st) == 0, "no progress");
 	int64_t killed = now_ms();
 	kill(srv.pid, kill_sig);
 	int left = wait_all(w, 4, 2000 + 8000);
