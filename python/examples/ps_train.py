@@ -102,7 +102,9 @@ def worker(fabric, server, rank, world, steps, timeout):
         if w.workers != world:
             raise SystemExit(f"worker {rank}: the server takes {w.workers} workers, not {world}")
         taken = 0
-        while w.iteration(0) < steps:
+        # Until every shard is there: with a backup, shards advance one by
+        # one (a push may be stale on one shard and counted on another).
+        while min(w.iteration(s) for s in range(w.shards)) < steps:
             params = np.array(w.params[:NPARAMS])
             w.grads[:NPARAMS] = gradient(params, x, y) * scale
             w.step(timeout=timeout)
