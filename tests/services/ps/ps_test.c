@@ -17,6 +17,7 @@
  * worker_kill[_backup]: a worker SIGKILLed mid-training: without a backup
  *          the server reports that it waits for it (and the others are told);
  *          with one the others finish.
+ * split:   one model over two servers (--first-shard): every pull exact.
  * worker_rejoin: a killed worker started again under its rank: the stall
  *          ends and every worker finishes.
  * server_kill: every worker reports the server's death within the liveness
@@ -236,6 +237,9 @@ static int checking_server(struct proc *p, struct wimm_ps_server_attr *a)
 }
 
 /* `wimm ps serve` on a free port (the last one of the test's range). */
+/* The --first-shard of the next serve_cmd (split models). */
+static const char *serve_first = "0";
+
 int serve_cmd(struct proc *p, const char *shards, const char *size, const char *workers,
 	      const char *backups, const char *liveness)
 {
@@ -259,6 +263,8 @@ int serve_cmd(struct proc *p, const char *shards, const char *size, const char *
 			"300",
 			"--liveness-ms",
 			(char *)liveness,
+			"--first-shard",
+			(char *)serve_first,
 			NULL};
 	spawn(p, "server", argv);
 	int64_t until = now_ms() + 20000 * scale();
@@ -503,6 +509,64 @@ static int t_worker_kill(int backups)
 	return 0;
 }
 
+/* One model split over two servers (shards 0..7 and 8..15): workers join
+ * both, and every pull is the exact sum. */
+static int t_split(void)
+{
+	struct proc srv[2], w[3];
+	char a0[64], a1[64], rank[3][8];
+	int port[2];
+	for (int k = 0; k < 2; k++) {
+		serve_first = k ? "8" : "0";
+		port[k] = serve_cmd(&srv[k], "8", "1024", "3", "0", "4000");
+	}
+	serve_first = "0";
+	snprintf(a0, sizeof(a0), "127.0.0.1:%d", port[0]);
+	snprintf(a1, sizeof(a1), "127.0.0.1:%d", port[1]);
+	for (int r = 0; r < 3; r++) {
+		char name[16];
+		snprintf(rank[r], sizeof(rank[r]), "%d", r);
+		snprintf(name, sizeof(name), "split%d", r);
+		/* The servers in either order: the worker sorts them. */
+		char *argv[] = {(char *)wimm_bin,
+				"ps",
+				"worker",
+				"-f",
+				(char *)fabric,
+				"--rank",
+				rank[r],
+				"--iterations",
+				"100",
+				"--delay-ms",
+				"2",
+				"--check",
+				r % 2 ? a1 : a0,
+				r % 2 ? a0 : a1,
+				NULL};
+		spawn(&w[r], name, argv);
+	}
+	int left = wait_all(w, 3, 120000);
+	struct wimm_ps_stats st[2];
+	stats_of(port[0], &st[0]);
+	stats_of(port[1], &st[1]);
+	stop_all(w, 3);
+	stop_all(srv, 2);
+	CHECK(left == 0, "%d workers still running", left);
+	for (int r = 0; r < 3; r++) {
+		if (w[r].status != 0)
+			show(&w[r], "worker");
+		CHECK(w[r].status == 0, "worker %d: status %d", r, w[r].status);
+	}
+	for (int k = 0; k < 2; k++)
+		CHECK(st[k].first_shard == 8u * (unsigned)k && st[k].iteration_min >= 100 &&
+			  st[k].pushes == 3 * st[k].applied,
+		      "server %d: first %llu, iteration %llu", k,
+		      (unsigned long long)st[k].first_shard,
+		      (unsigned long long)st[k].iteration_min);
+	printf("two servers, 8 shards each: 3 workers, 100 checked iterations\n");
+	return 0;
+}
+
 /* A worker killed and started again under its rank: the stall ends, all
  * finish. */
 static int t_worker_rejoin(void)
@@ -597,6 +661,8 @@ int main(int argc, char **argv)
 		rc = t_worker_kill(0);
 	else if (!strcmp(t, "worker_kill_backup"))
 		rc = t_worker_kill(1);
+	else if (!strcmp(t, "split"))
+		rc = t_split();
 	else if (!strcmp(t, "worker_rejoin"))
 		rc = t_worker_rejoin();
 	else if (!strcmp(t, "server_kill"))
