@@ -12,7 +12,9 @@
  * redis-benchmark, Debian's own tool, is shown beside them for uniform keys
  * (it has no other distribution and prints no p99.9).
  */
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
@@ -118,16 +120,31 @@ static int wimm_get(void *h, const char *key, size_t klen, void *buf, size_t cap
 	return rc == WIMM_KV_E_NOTFOUND ? 1 : rc;
 }
 
+static int wimm_idle(void *h)
+{
+	return wimm_kv_client_poll(h);
+}
+
 static void wimm_close(void *h)
 {
 	struct wimm_kv_client *c = h;
 	wimm_kv_close(&c);
 }
 
-static const struct kvb_store store_write_imm = {"wimm write_imm", wimm_open,  wimm_put_grant,
-						 wimm_get,	   wimm_close, wimm_kv_strerror};
-static const struct kvb_store store_send_imm = {"wimm send_imm", wimm_open,  wimm_put_send,
-						wimm_get,	 wimm_close, wimm_kv_strerror};
+static const struct kvb_store store_write_imm = {.name = "wimm write_imm",
+						 .open = wimm_open,
+						 .put = wimm_put_grant,
+						 .get = wimm_get,
+						 .idle = wimm_idle,
+						 .close = wimm_close,
+						 .error = wimm_kv_strerror};
+static const struct kvb_store store_send_imm = {.name = "wimm send_imm",
+						.open = wimm_open,
+						.put = wimm_put_send,
+						.get = wimm_get,
+						.idle = wimm_idle,
+						.close = wimm_close,
+						.error = wimm_kv_strerror};
 static const struct kvb_store *const stores[] = {&store_write_imm, &store_send_imm,
 						 &kvb_redis_store};
 
@@ -144,6 +161,24 @@ static int key_name(char *key, size_t len, uint32_t k)
 	return snprintf(key, len, "key:%012u", k);
 }
 
+/* Wait for the start, keeping the connections alive meanwhile: with many
+ * clients on a loaded host the last may be ready only after the first's
+ * liveness bound (the server would drop it as silent). */
+static int wait_go(const struct kvb_store *st, void *h, int go_fd)
+{
+	struct pollfd p = {.fd = go_fd, .events = POLLIN};
+	char byte;
+	for (;;) {
+		int r = poll(&p, 1, 200);
+		if (r > 0)
+			return read(go_fd, &byte, 1) == 1 ? 0 : -1;
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (st->idle && st->idle(h) < 0)
+			return -1;
+	}
+}
+
 /* Connect; put every key of its own once (untimed: a get then never misses
  * on any store); say ready, wait for go; time w->ops puts of its own keys
  * and w->ops gets over all keys; write both phase times and the latencies
@@ -154,7 +189,7 @@ static int bench_client(const struct kvb_store *st, const char *addr, const stru
 	uint32_t *lat = malloc(sizeof(uint32_t) * w->ops * 2), own = own_keys(w, id);
 	unsigned char *v = malloc(w->size), *g = malloc(w->size);
 	struct kvb_keys keys[2] = {{0}, {0}};
-	char key[32], byte;
+	char key[32];
 	uint64_t phase[2];
 	void *h;
 	int rc = lat && v && g && own && kvb_keys_init(&keys[0], own, w->zipf, (uint64_t)id) == 0 &&
@@ -170,7 +205,7 @@ static int bench_client(const struct kvb_store *st, const char *addr, const stru
 		int klen = key_name(key, sizeof(key), r * (uint32_t)w->clients + (uint32_t)id);
 		rc = st->put(h, key, (size_t)klen, v, w->size);
 	}
-	if (rc < 0 || write(rep_fd, "r", 1) != 1 || read(go_fd, &byte, 1) != 1) {
+	if (rc < 0 || write(rep_fd, "r", 1) != 1 || wait_go(st, h, go_fd) < 0) {
 		fprintf(stderr, "wimm kv bench: %s client %d: preload: %s\n", st->name, id,
 			st->error(rc));
 		return 1;
@@ -294,6 +329,14 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 	return fails || !put || !get ? -1 : 0;
 }
 
+/* Why the server refused or dropped a client: a failed run says why. */
+static void server_log(void *arg, enum wimm_log_level level, const char *msg)
+{
+	(void)arg;
+	if (level <= (getenv("KVB_DEBUG") ? WIMM_LOG_INFO : WIMM_LOG_WARN))
+		fprintf(stderr, "wimm kv bench: server: %s\n", msg);
+}
+
 /* A kv server of its own in a child: every run starts from an empty pool,
  * and a long-lived ofi:shm server stops taking connections after a few
  * hundred peers have come and gone (seen here: the connect fails with a
@@ -322,7 +365,8 @@ static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
 						.max_clients = (uint32_t)w->clients + 2,
 						.lease_ms = 100,
 						.send_put_max = sput,
-						.ctx_flags = w->flags};
+						.ctx_flags = w->flags,
+						.log = server_log};
 		struct wimm_kv_server *s;
 		int rc = wimm_kv_server_new(&a, &s);
 		if (rc < 0) {

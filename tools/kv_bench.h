@@ -36,6 +36,8 @@ struct kvb_store {
 	int (*open)(void **h, const char *addr, const struct kvb_workload *w);
 	int (*put)(void *h, const char *key, size_t klen, const void *v, size_t len);
 	int (*get)(void *h, const char *key, size_t klen, void *buf, size_t cap);
+	/* Keep an idle connection alive (NULL: nothing to do). */
+	int (*idle)(void *h);
 	void (*close)(void *h);
 	const char *(*error)(int rc);
 };

@@ -259,6 +259,7 @@ const struct kvb_store kvb_redis_store = {
     .open = resp_open,
     .put = resp_put,
     .get = resp_get,
+    .idle = NULL,
     .close = resp_close,
     .error = resp_error,
 };

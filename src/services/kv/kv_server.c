@@ -311,8 +311,8 @@ static void handle(struct wimm_kv_server *s, const struct wimm_event *ev)
 			kv_commit(s, cl, ev);
 		break;
 	case WIMM_EV_DISCONNECT:
-		kv_log(s, WIMM_LOG_INFO, "kv: client %u gone (%s)", cl->id,
-		       wimm_strerror(ev->status));
+		kv_log(s, WIMM_LOG_INFO, "kv: client %u%s gone (%s)", cl->id,
+		       cl->is_read ? " (its read connection)" : "", wimm_strerror(ev->status));
 		cl->dead = 1;
 		break;
 	case WIMM_EV_ERROR:
