@@ -42,6 +42,7 @@ static const char usage_commands[] =
     "       wimm kv serve|put|get|del|stat|bench   the key-value slot pool (wimm kv --help)\n"
     "       wimm log SUBCOMMAND ...        the remote log service: serve, append, tail, stat,\n"
     "                                      bench (wimm log --help)\n"
+    "       wimm ps serve|stat|worker      the parameter server (wimm ps --help)\n"
     "       wimm --version | --help\n"
     "       wimm COMMAND --help            the flags of one command\n";
 
