@@ -13,7 +13,7 @@ JOBS       ?= 2
 CMAKE      ?= cmake
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build demo test test-fast install bench bench-kv bench-softroce format clean
+.PHONY: all deps build demo test test-fast install bench bench-kv bench-ps bench-softroce format clean
 
 all: build
 
@@ -53,6 +53,13 @@ bench: build
 bench-kv: build
 	$(BUILD)/tools/wimm kv bench -f ofi:tcp
 	$(BUILD)/tools/wimm kv bench -f ofi:shm --spin
+
+# The parameter server against torch.distributed all-reduce (gloo): Debian
+# python3-torch is installed here only, for this benchmark.
+bench-ps: build
+	@dpkg -s python3-torch >/dev/null 2>&1 || apt-get install -y python3-torch
+	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_bench.py --wimm $(BUILD)/tools/wimm
+	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_pull.py -f ofi:tcp
 
 bench-softroce: build
 	tests/softroce/run bench/softroce.sh $(BUILD)

@@ -12,10 +12,8 @@
 #define CLI_MAX_DEPTH 65536u
 
 static const char *const op_names[] = {
-    [OP_WRITE_IMM] = "write_imm",
-    [OP_WRITE_SEND] = "write_send",
-    [OP_SEND_IMM] = "send_imm",
-    [OP_WRITE_POLL] = "write_poll",
+    [OP_WRITE_IMM] = "write_imm",   [OP_WRITE_SEND] = "write_send",	[OP_SEND_IMM] = "send_imm",
+    [OP_WRITE_POLL] = "write_poll", [OP_WRITE_ATOMIC] = "write_atomic",
 };
 
 const char *bench_op_name(enum bench_op op)
@@ -44,6 +42,7 @@ static const char usage_commands[] =
     "       wimm kv serve|put|get|del|stat|bench   the key-value slot pool (wimm kv --help)\n"
     "       wimm log SUBCOMMAND ...        the remote log service: serve, append, tail, stat,\n"
     "                                      bench (wimm log --help)\n"
+    "       wimm ps serve|stat|worker      the parameter server (wimm ps --help)\n"
     "       wimm --version | --help\n"
     "       wimm COMMAND --help            the flags of one command\n";
 
@@ -60,8 +59,8 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    f,
 	    "usage: wimm %s [flags] [HOST]   %s\n"
 	    "  -f FABRIC     auto, ofi:tcp, ofi:shm, verbs:rxe0, ... (default: auto)\n"
-	    "  -o OP         write_imm | write_send | send_imm | write_poll"
-	    " (default: write_imm)\n"
+	    "  -o OP         write_imm | write_send | send_imm | write_poll | write_atomic\n"
+	    "                (default: write_imm)\n"
 	    "  -s SIZE       message bytes, K/M/G suffixes allowed (default: 8)\n"
 	    "  -n ITERS      timed iterations (default: %u)\n"
 	    "  -w WARMUP     untimed iterations before (default: ITERS/10)\n"
@@ -82,6 +81,9 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "     send_imm    two-sided send into a pre-posted receive buffer\n"
 	    "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1;\n"
 	    "                 it spins whatever --wait says: there is no event to sleep on)\n"
+	    "     write_atomic plain write, then a fetch-and-add of 1 on a signal word the\n"
+	    "                 receiver polls (needs atomics: ofi:shm, verbs; spins like\n"
+	    "                 write_poll)\n"
 	    "%s",
 	    mode == BENCH_PINGPONG ? "pingpong" : "rate",
 	    mode == BENCH_PINGPONG ? "latency" : "message rate",
@@ -175,7 +177,8 @@ static enum bench_op parse_op(const char *text)
 	for (size_t i = 0; i < sizeof(op_names) / sizeof(op_names[0]); i++)
 		if (strcmp(text, op_names[i]) == 0)
 			return (enum bench_op)i;
-	usage_error("unknown op '%s' (write_imm, write_send, send_imm, write_poll)", text);
+	usage_error("unknown op '%s' (write_imm, write_send, send_imm, write_poll, write_atomic)",
+		    text);
 }
 
 static enum wimm_wait_mode parse_wait(const char *text)

@@ -10,7 +10,9 @@
  * how far the client runs ahead. write_poll writes need no credit, only send
  * queue room; the server sees no completion for them and instead polls for
  * the flag of the round's last write (all writes land at the same offset, in
- * order on one connection), then acknowledges.
+ * order on one connection), then acknowledges. write_atomic likewise needs
+ * no credit; the server polls the signal word until it counts every
+ * message so far.
  * The acknowledgement is always a zero-length write_imm: one doorbell per
  * round, too rare to matter for the rate.
  */
@@ -32,6 +34,8 @@ static void server_round(struct endpoint *ep, uint32_t first_seq, uint32_t count
 {
 	if (ep->opts->op == OP_WRITE_POLL) {
 		msg_receive_poll_round(ep, round);
+	} else if (ep->opts->op == OP_WRITE_ATOMIC) {
+		msg_receive_atomic_upto(ep, first_seq + count);
 	} else {
 		for (uint32_t k = 0; k < count; k++)
 			msg_receive(ep, first_seq + k);

@@ -5,6 +5,7 @@
  *   wimm rate [flags] [HOST]     message rate of the same
  *   wimm kv ...                  the key-value slot pool service (kv_cmd.c)
  *   wimm log SUBCOMMAND ...       the remote log service (log_cmd.c)
+ *   wimm ps serve|stat|worker     the parameter server (ps_cmd.c)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "doctor.h"
 #include "kv_cmd.h"
 #include "log_cmd.h"
+#include "ps_cmd.h"
 
 static int run_info(int argc, char **argv)
 {
@@ -60,6 +62,8 @@ int main(int argc, char **argv)
 		return kv_main(argc - 1, argv + 1);
 	if (strcmp(command, "log") == 0)
 		return log_main(argc - 1, argv + 1);
+	if (strcmp(command, "ps") == 0)
+		return ps_main(argc - 1, argv + 1);
 
 	enum bench_mode mode;
 	if (strcmp(command, "pingpong") == 0) {

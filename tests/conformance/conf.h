@@ -167,6 +167,7 @@ extern const struct conf_test conf_tests_hostile[];
 extern const struct conf_test conf_tests_counter[];
 extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
+extern const struct conf_test conf_tests_atomic[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
