@@ -361,9 +361,18 @@ static enum ipc_op ipc_op_of(enum wimm_op op)
 		return IPC_OP_SEND_IMM;
 	case WIMM_OP_READ:
 		return IPC_OP_READ;
+	case WIMM_OP_FETCH_ADD:
+		return IPC_OP_FETCH_ADD;
+	case WIMM_OP_CMP_SWAP:
+		return IPC_OP_CMP_SWAP;
 	default:
 		return IPC_OP_WRITE;
 	}
+}
+
+static int ipc_is_atomic(enum wimm_op op)
+{
+	return op == WIMM_OP_FETCH_ADD || op == WIMM_OP_CMP_SWAP;
 }
 
 int ipc_post(void *bconn, const struct wimm_wr *wr)
@@ -381,7 +390,10 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		return WIMM_E_DISCONNECTED;
 	if (q->head - q->tail >= limit)
 		return WIMM_E_AGAIN;
-	uint32_t len = (uint32_t)wr->len;
+	int atomic = ipc_is_atomic(wr->op);
+	/* An atomic's 8-byte result comes back in the entry. */
+	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
+	int fetch = atomic || wr->op == WIMM_OP_READ;
 	uint64_t doff = 0, dend = q->data_head;
 	if (len > IPC_INLINE) {
 		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET && q->head != q->tail &&
@@ -396,24 +408,27 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	struct ipc_entry *e = &q->ent[q->head & q->mask];
 	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
-	/* Reads complete only through the owner's look at them. */
-	e->flags = wr->signal || wr->op == WIMM_OP_READ ? IPC_F_NOTIFY : 0;
+	/* Reads and atomics complete only through the owner's look at them. */
+	e->flags = wr->signal || fetch ? IPC_F_NOTIFY : 0;
 	e->len = len;
 	e->imm = wr->imm;
 	e->status = 0;
 	e->raddr = wr->raddr;
 	e->rkey = wr->rkey;
-	if (len > IPC_INLINE) {
+	if (atomic) {
+		memcpy(e->u.inl + IPC_ATOMIC_OPERAND, &wr->operand, 8);
+		memcpy(e->u.inl + IPC_ATOMIC_COMPARE, &wr->compare, 8);
+	} else if (len > IPC_INLINE) {
 		e->u.doff = doff;
-		if (wr->op != WIMM_OP_READ)
+		if (!fetch)
 			memcpy(q->data + doff, wr->local, len);
-	} else if (len && wr->op != WIMM_OP_READ) {
+	} else if (len && !fetch) {
 		memcpy(e->u.inl, wr->local, len);
 	}
 	q->rec[q->head & q->mask] = (struct ipc_tx){
 	    .op_seq = wr->op_seq,
 	    .data_end = dend,
-	    .local = wr->op == WIMM_OP_READ ? wr->local : NULL,
+	    .local = fetch ? wr->local : NULL,
 	    .doff = doff,
 	    .len = len,
 	    .op = (uint8_t)wr->op,
@@ -425,6 +440,11 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	__atomic_store_n(&e->seq, (uint32_t)q->head, __ATOMIC_RELEASE);
 	ipc_notify(c->peer_page, &q->hdr->watch, c->peer_efd, c->peer_idx);
 	return 0;
+}
+
+int ipc_post_atomic(void *bconn, const struct wimm_wr *wr)
+{
+	return ipc_post(bconn, wr);
 }
 
 int ipc_rx_release(void *bconn, uint32_t n)

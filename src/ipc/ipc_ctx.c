@@ -310,6 +310,7 @@ const struct wimm_backend_ops wimm_ipc_ops = {
     .conn_shutdown = ipc_conn_shutdown,
     .conn_delete = ipc_conn_delete,
     .post = ipc_post,
+    .post_atomic = ipc_post_atomic,
     .rx_release = ipc_rx_release,
     .poll = ipc_poll,
     .fd = ipc_fd,

@@ -171,6 +171,8 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer);
 void ipc_conn_shutdown(void *bconn);
 void ipc_conn_delete(void *bconn);
 int ipc_post(void *bconn, const struct wimm_wr *wr);
+/* FETCH_ADD / CMP_SWAP: served by the target's progress, like a read. */
+int ipc_post_atomic(void *bconn, const struct wimm_wr *wr);
 int ipc_rx_release(void *bconn, uint32_t n);
 /* Our fds for the peer: tx memfd, wake page, eventfd. */
 void ipc_conn_fds(const struct ipc_conn *c, int *fd);

@@ -53,6 +53,32 @@ static const uint8_t *ipc_payload(const struct ipc_rxq *q, const struct ipc_entr
 	return q->data + e->u.doff;
 }
 
+/* An atomic on a word of ours: the old value goes back in the entry. The
+ * word may be shared with other processes and threads: a CPU atomic. */
+static int ipc_atomic(struct ipc_conn *c, const struct ipc_entry *e, struct ipc_entry *shared)
+{
+	uint64_t operand, compare, old;
+	char *at = NULL;
+
+	if (e->len != 8 || e->raddr % 8)
+		return WIMM_E_PROTO;
+	int st = ipc_target(c->ctx, e, WIMM_REMOTE_ATOMIC, &at);
+	if (st)
+		return st;
+	memcpy(&operand, e->u.inl + IPC_ATOMIC_OPERAND, 8);
+	memcpy(&compare, e->u.inl + IPC_ATOMIC_COMPARE, 8);
+	uint64_t *word = (uint64_t *)(void *)at;
+	if (e->op == IPC_OP_FETCH_ADD) {
+		old = __atomic_fetch_add(word, operand, __ATOMIC_SEQ_CST);
+	} else {
+		old = compare;
+		__atomic_compare_exchange_n(word, &old, operand, 0, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	}
+	memcpy(shared->u.inl + IPC_ATOMIC_RESULT, &old, 8);
+	return 0;
+}
+
 /* One entry of the peer's ring: 1 with a cqe, 0 without, or a negative
  * status (the entry is refused, the connection goes). */
 static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc_entry *shared,
@@ -64,6 +90,8 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 
 	if (e->len > IPC_MAX_MSG)
 		return WIMM_E_TOOBIG;
+	if (e->op == IPC_OP_FETCH_ADD || e->op == IPC_OP_CMP_SWAP)
+		return ipc_atomic(c, e, shared);
 	if (e->op != IPC_OP_READ && e->len && !(src = ipc_payload(&c->rx, e)))
 		return WIMM_E_PROTO;
 	switch (e->op) {
@@ -189,13 +217,17 @@ int ipc_tx_retire(struct ipc_conn *c, struct wimm_cqe *out, int room)
 		const struct ipc_tx *rec = &q->rec[q->tail & q->mask];
 		const struct ipc_entry *e = &q->ent[q->tail & q->mask];
 		int32_t st = __atomic_load_n(&e->status, __ATOMIC_RELAXED);
-		int need = rec->signal || st || rec->op == WIMM_OP_READ;
+		int fetch = rec->op == WIMM_OP_READ || rec->op == WIMM_OP_FETCH_ADD ||
+			    rec->op == WIMM_OP_CMP_SWAP;
+		int need = rec->signal || st || fetch;
 
 		if (need && got >= room)
 			break;
 		if (rec->op == WIMM_OP_READ && !st && rec->len)
 			memcpy(rec->local, rec->len <= IPC_INLINE ? e->u.inl : q->data + rec->doff,
 			       rec->len);
+		else if (fetch && !st && rec->len)
+			memcpy(rec->local, e->u.inl + IPC_ATOMIC_RESULT, 8);
 		if (need)
 			out[got++] = (struct wimm_cqe){
 			    .kind = st ? WIMM_CQE_SEND_ERROR : WIMM_CQE_SEND_DONE,

@@ -37,7 +37,17 @@
 #define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
 #define IPC_NFDS 3		   /* tx memfd, wake page memfd, eventfd */
 
-enum ipc_op { IPC_OP_WRITE = 1, IPC_OP_WRITE_IMM, IPC_OP_SEND_IMM, IPC_OP_READ };
+enum ipc_op {
+	IPC_OP_WRITE = 1,
+	IPC_OP_WRITE_IMM,
+	IPC_OP_SEND_IMM,
+	IPC_OP_READ,
+	IPC_OP_FETCH_ADD, /* inline: operand at 0, compare at 8, the old value at 16 */
+	IPC_OP_CMP_SWAP,
+};
+#define IPC_ATOMIC_OPERAND 0
+#define IPC_ATOMIC_COMPARE 8
+#define IPC_ATOMIC_RESULT 16
 /* The consumer sets the producer's bit after consuming an entry with it. */
 #define IPC_F_NOTIFY 1u
 
