@@ -2,7 +2,7 @@
 # Inside the Soft-RoCE guest, run in sequence: the conformance suite on
 # verbs:rxe0, errata_rnr (raw verbs), errata_flood (the library), `wimm doctor`
 # (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire), the services'
-# multi-process tests (kv) and the Python package's pytest suite.
+# multi-process tests (kv, ps) and the Python package's pytest suite.
 #
 #   tests/softroce/run tests/errata/run-in-guest.sh BUILD_DIR
 #
@@ -69,6 +69,12 @@ step doctor "$(dirname "$0")/../doctor/doctor-in-guest.sh" "$build"
 # scenario, the hostile client (a raw wimm connection) included.
 for scenario in mixed overwrite crash hostile lease expiry evict full input; do
 	step "kv.$scenario" "$build/tests/services/kv/kv_test" "verbs:$dev" "$scenario"
+done
+# The parameter server likewise (its hostile peer speaks libfabric: not here).
+for scenario in sums backup async split worker_kill worker_kill_backup worker_rejoin \
+	server_kill bad_input; do
+	step "ps.$scenario" "$build/tests/services/ps/ps_test" "$build/tools/wimm" "verbs:$dev" \
+		"$scenario"
 done
 
 # The Python package's suite on the same device (its conftest prints the

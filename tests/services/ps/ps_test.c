@@ -132,6 +132,21 @@ void show(const struct proc *p, const char *who)
 	fprintf(stderr, "--- %s (status %d) stderr:\n%s", who, p->status, buf);
 }
 
+/* Where the servers are reached: loopback, or the RDMA device's address
+ * (WIMM_TEST_HOST, e.g. 192.0.2.1 in the Soft-RoCE guest). */
+const char *test_host(void)
+{
+	const char *h = getenv("WIMM_TEST_HOST");
+	return h && *h ? h : "127.0.0.1";
+}
+
+const char *test_listen_addr(void)
+{
+	static char addr[80];
+	snprintf(addr, sizeof(addr), "%s:0", test_host());
+	return addr;
+}
+
 int scale(void)
 {
 	const char *s = getenv("WIMM_TEST_TIMEOUT_SCALE");
@@ -143,7 +158,7 @@ int scale(void)
 void stats_of(int port, struct wimm_ps_stats *st)
 {
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	snprintf(addr, sizeof(addr), "%s:%d", test_host(), port);
 	int64_t until = now_ms() + 20000 * scale();
 	int rc;
 	while ((rc = wimm_ps_stat(fabric, addr, 5000, st)) < 0 && now_ms() < until)
@@ -287,7 +302,7 @@ void workers_from(struct proc *w, int first_rank, int n, int port, const char *i
 		  const char *delay, int check, const char *timeout)
 {
 	char addr[64], rank[16], name[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	snprintf(addr, sizeof(addr), "%s:%d", test_host(), port);
 	for (int k = 0; k < n; k++) {
 		int r = first_rank + k;
 		snprintf(rank, sizeof(rank), "%d", r);
@@ -354,7 +369,7 @@ static int t_sums(int backups)
 {
 	int nw = shape("WIMM_PS_TEST_WORKERS", 8), iters = shape("WIMM_PS_TEST_ITERATIONS", 200);
 	struct wimm_ps_server_attr a = {.fabric = fabric,
-					.addr = "127.0.0.1:0",
+					.addr = test_listen_addr(),
 					.shards = 32,
 					.shard_size = 1024,
 					.workers = (uint32_t)nw,
@@ -415,7 +430,7 @@ static int t_sums(int backups)
 static int t_async(void)
 {
 	struct wimm_ps_server_attr a = {.fabric = fabric,
-					.addr = "127.0.0.1:0",
+					.addr = test_listen_addr(),
 					.shards = 8,
 					.shard_size = 1024,
 					.workers = 4,
@@ -521,8 +536,8 @@ static int t_split(void)
 		port[k] = serve_cmd(&srv[k], "8", "1024", "3", "0", "4000");
 	}
 	serve_first = "0";
-	snprintf(a0, sizeof(a0), "127.0.0.1:%d", port[0]);
-	snprintf(a1, sizeof(a1), "127.0.0.1:%d", port[1]);
+	snprintf(a0, sizeof(a0), "%s:%d", test_host(), port[0]);
+	snprintf(a1, sizeof(a1), "%s:%d", test_host(), port[1]);
 	for (int r = 0; r < 3; r++) {
 		char name[16];
 		snprintf(rank[r], sizeof(rank[r]), "%d", r);

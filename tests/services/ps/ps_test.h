@@ -43,6 +43,10 @@ int64_t now_ms(void);
 void sleep_ms(int ms);
 /* WIMM_TEST_TIMEOUT_SCALE (1 if unset). */
 int scale(void);
+/* The servers' host: 127.0.0.1, or WIMM_TEST_HOST (the RDMA device's
+ * address in the Soft-RoCE guest); and "host:0" to listen on. */
+const char *test_host(void);
+const char *test_listen_addr(void);
 /* The statistics of the server on 127.0.0.1:port, waiting for it. */
 void stats_of(int port, struct wimm_ps_stats *st);
 /* `wimm ps serve` with these flags on a port of its own; returns the port. */

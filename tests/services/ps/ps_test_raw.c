@@ -37,7 +37,7 @@ static int raw_try(struct rawc *r, int port, uint32_t rank, uint32_t world, size
 			&(struct ps_hello){.role = PS_ROLE_WORKER, .rank = rank, .world = world});
 	if (bad)
 		hello[0] ^= 0xff;
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	snprintf(addr, sizeof(addr), "%s:%d", test_host(), port);
 	struct wimm_conn_attr ca = {.window = r->win_mr,
 				    .window_len = window_len,
 				    .rx_depth = 32,
@@ -160,8 +160,8 @@ int t_bad_input(void)
 	      "applied %llu pushes %llu refused %llu", (unsigned long long)st.applied,
 	      (unsigned long long)st.pushes, (unsigned long long)st.refused);
 	/* The command says the same. */
-	char port_s[16], out[2048];
-	snprintf(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+	char port_s[80], out[2048];
+	snprintf(port_s, sizeof(port_s), "%s:%d", test_host(), port);
 	struct proc stat;
 	char *argv[] = {(char *)wimm_bin, "ps", "stat", "-f", (char *)fabric, port_s, NULL};
 	spawn(&stat, "stat", argv);
