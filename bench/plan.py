@@ -28,8 +28,9 @@ class Settings:
         # Quick: perftest's own defaults (1000 round trips, 5000 messages) x2.
         self.lat_iters = (20000 if full else 2000) // scale
         self.rate_iters = (50000 if full else 10000) // scale
-        # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a).
-        self.lat_ops = STRATEGIES if full else ["write_imm", "write_send"]
+        # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a);
+        # the guest's perftest pairs write_poll with ib_write_lat too.
+        self.lat_ops = STRATEGIES if full or guest else ["write_imm", "write_send"]
         if full:
             self.curve_sizes = [1 << k for k in range(0, 23)]  # 1 B .. 4 MiB
             self.cpu_rates = [1000, 3000, 10000, 30000, 100000, 300000]

@@ -6,6 +6,7 @@ plots of the curves, beside the JSON.
 """
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,12 @@ def goal_table(rows):
                  "lllrrll")
 
 
+def version_of(text):
+    """The first dotted version number in a tool's --version output."""
+    m = re.search(r"\d+\.\d+(\.\d+)?", text)
+    return m.group(0) if m else text
+
+
 def header(meta):
     m = meta["machine"]
     s = meta["settings"]
@@ -63,7 +70,8 @@ def header(meta):
              f"turn, the order reversed every other round), {meta.get('minutes', '?')} min; "
              f"{where}. Each figure is the median over the rounds of each run's figure; every "
              "run is in the JSON file beside this one.",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+             "Versions: " + ", ".join(f"{k} {version_of(v)}"
+                                      for k, v in meta["versions"].items()) + ".",
              "Like for like: fi_pingpong prints only an average, so wimm's average is compared "
              "with it (avg/avg); ucx_perftest and perftest print a median (50.0%ile, "
              "t_typical), compared with wimm's median (median/median). All latencies are "
