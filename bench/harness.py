@@ -97,7 +97,7 @@ def probe_fabrics(runner, fabrics):
 def run_rounds(runner, groups, rounds, device):
     total = rounds * sum(len(g) for g in groups)
     done, start = 0, time.monotonic()
-    failed = {}  # key -> error: a case that failed once is not retried
+    failed = {}  # key -> error: a case that timed out once is not retried
     for rnd in range(1, rounds + 1):
         for group in groups:
             order = group if rnd % 2 else list(reversed(group))
@@ -110,12 +110,13 @@ def run_rounds(runner, groups, rounds, device):
                 record = {k: v for k, v in case.items() if k != "args"}
                 record.update(round=rnd, time=round(time.time(), 3))
                 if case["key"] in failed:
-                    record.update(ok=False, error="skipped: failed in an earlier round")
+                    record.update(ok=False, error="skipped: timed out in an earlier round")
                 else:
                     try:
                         record.update(runner.execute(case, device), ok=True)
                     except runners.RunError as e:
-                        failed[case["key"]] = str(e)
+                        if e.costly:
+                            failed[case["key"]] = str(e)
                         record.update(ok=False, error=str(e)[-600:])
                         say(f"run failed: {str(e)[-300:]}")
                 runner.records.append(record)

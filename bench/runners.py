@@ -36,7 +36,12 @@ def kill_live_servers():
 
 
 class RunError(Exception):
-    """A run failed: the tool exited non-zero, timed out or printed nothing usable."""
+    """A run failed: the tool exited non-zero, timed out or printed nothing usable.
+    `costly`: it failed by a timeout, which later rounds would only repeat."""
+
+    def __init__(self, message, costly=False):
+        super().__init__(message)
+        self.costly = costly
 
 
 class TransportError(Exception):
@@ -92,7 +97,8 @@ class Pair:
                                   timeout=self.timeout)
         except subprocess.TimeoutExpired as e:
             self.kill_server()
-            raise RunError(f"{shlex.join(argv)}: no result after {self.timeout} s") from e
+            raise RunError(f"{shlex.join(argv)}: no result after {self.timeout} s",
+                           costly=True) from e
         return done
 
     def finish_server(self):
@@ -129,7 +135,7 @@ def run_wimm(wimm, work, mode, fabric, args, host="127.0.0.1", timeout=120):
     pair.start_server(common)
     if not _wait_listening(pair.server, pair.path("server.err"), "listening on port", 60):
         rc, _, err = pair.finish_server()
-        raise RunError(f"wimm {mode} server did not start ({rc}): {_tail(err)}")
+        raise RunError(f"wimm {mode} server did not start ({rc}): {_tail(err)}", costly=True)
     client = pair.run_client(common + [host])
     rc, out, err = pair.finish_server()
     cmd = shlex.join(common + [host])
