@@ -263,6 +263,10 @@ def render(data, stem):
              "after them)",
              goal_table(verdicts),
              "### Message rate of the strategies vs the rate peers (msg/s, median of rounds)",
+             "A `ucp_put_bw` put tells the receiver nothing (only the sender's final flush "
+             "completes), like `write_poll`; a `ucp_am_bw` message runs a handler at the "
+             "receiver, like a `write_imm` doorbell; `ib_write_bw` and `ib_send_bw` likewise. "
+             "The verdict compares each strategy with the best of them, as the goal says.",
              rate_detail(rate_rows),
              "### Latency at the goal sizes, every run's median and average (µs, one-way)",
              latency_detail(ix, meta),
