@@ -234,6 +234,17 @@ def _ucx_transports(text):
     return names
 
 
+def check_ucx_lanes(log, tls, cmd):
+    """The transports of UCX's lanes in its log; TransportError unless every
+    one belongs to TLS."""
+    used = _ucx_transports(log)
+    if not used:
+        raise TransportError(f"{cmd}: UCX reported no lanes: cannot check the transport")
+    if not used <= UCX_ALLOWED[tls]:
+        raise TransportError(f"{cmd}: UCX_TLS={tls} ran over {sorted(used)}")
+    return used
+
+
 def run_ucx(work, test, tls, size, iters, timeout=120):
     """ucx_perftest -t TEST with UCX_TLS=TLS; checks in UCX's own log that
     every lane it set up uses an allowed transport of that TLS."""
@@ -247,11 +258,7 @@ def run_ucx(work, test, tls, size, iters, timeout=120):
     done = _retry_client(pair, argv, env, port)
     _finish_peer(pair, argv)
     cmd = f"UCX_TLS={tls} " + shlex.join(argv)
-    used = _ucx_transports(done.stdout + done.stderr)
-    if not used:
-        raise TransportError(f"{cmd}: UCX reported no lanes: cannot check the transport")
-    if not used <= UCX_ALLOWED[tls]:
-        raise TransportError(f"{cmd}: UCX_TLS={tls} ran over {sorted(used)}")
+    used = check_ucx_lanes(done.stdout + done.stderr, tls, cmd)
     # CSV: iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
     rows = [line.split(",") for line in done.stdout.splitlines()
             if re.match(r"^\s*\d+,[0-9.]+,", line)]

@@ -68,6 +68,20 @@ json_check "$work/client.json" 'd["mode"] == "bulk" and d["chunks"] == 16 and d[
 # --notify last: one doorbell per transfer, three timed transfers.
 json_check "$work/server.json" 'r["rx_doorbells"] == 3 and r["rx_cpu_user_s"] >= 0'
 
+# A receiver run with another --chunk than its sender says so and fails.
+"$WIMM" bulk -f "$FABRIC" -p "$port" --timeout 20 -s 1M --chunk 64K >/dev/null \
+    2>"$work/server.err" &
+server_pid=$!
+for _ in $(seq 200); do grep -q "listening on port" "$work/server.err" && break; sleep 0.05; done
+"$WIMM" bulk -f "$FABRIC" -p "$port" --timeout 20 -s 1M --chunk 32K 127.0.0.1 \
+    >/dev/null 2>&1 || true
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=
+[ "$rc" -eq 1 ] || fail "a bulk server with another --chunk exited with $rc, not 1"
+grep -q "expected the doorbell of chunk 0 (65536 bytes)" "$work/server.err" \
+    || fail "no chunk mismatch message in: $(cat "$work/server.err")"
+
 # --notify each with a last chunk shorter than the others.
 "$WIMM" bulk --self -f "$FABRIC" --json -s 100000 --chunk 4K -n 2 >"$work/each.json"
 json_check "$work/each.json" 'd["chunks"] == 25 and d["rx_doorbells"] == 50'

@@ -65,6 +65,13 @@ class ParseTest(unittest.TestCase):
         self.assertFalse({"tcp", "sysv"} <= runners.UCX_ALLOWED["tcp"])
         self.assertTrue({"sysv", "posix"} <= runners.UCX_ALLOWED["sm"])
 
+    def test_ucx_lanes_checked(self):
+        self.assertEqual(runners.check_ucx_lanes(UCX_LOG.split("\n")[1], "tcp", "c"), {"tcp"})
+        with self.assertRaisesRegex(runners.TransportError, r"UCX_TLS=tcp ran over \['posix'"):
+            runners.check_ucx_lanes(UCX_LOG, "tcp", "c")
+        with self.assertRaisesRegex(runners.TransportError, "reported no lanes"):
+            runners.check_ucx_lanes("UCX  INFO  Version 1.13.1", "sm", "c")
+
     def test_transport_classes(self):
         self.assertEqual(plan.transport_class("ofi:tcp"), "tcp")
         self.assertEqual(plan.transport_class("ofi:tcp;ofi_rxm"), "tcp")
@@ -76,6 +83,21 @@ class ParseTest(unittest.TestCase):
     def test_backtrace_frames_left_out(self):
         text = "wimm:1 terminated with signal 11\n/lib/libfabric.so.1(+0xbb)[0x7f]\nend"
         self.assertEqual(runners._tail(text), "wimm:1 terminated with signal 11 | end")
+
+
+@unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
+class WimmRunTest(unittest.TestCase):
+    def test_fabric_other_than_asked_is_refused(self):
+        # "auto" opens a real fabric and wimm names it: not the one asked for.
+        with tempfile.TemporaryDirectory() as work:
+            with self.assertRaisesRegex(runners.TransportError, "asked for auto"):
+                runners.run_wimm(os.environ["WIMM"], work, "pingpong", "auto", ["-n", "100"])
+
+    def test_failed_run_says_why(self):
+        with tempfile.TemporaryDirectory() as work:
+            with self.assertRaisesRegex(runners.RunError, "server did not start"):
+                runners.run_wimm(os.environ["WIMM"], work, "pingpong", "nosuch:fabric",
+                                 ["-n", "100"])
 
 
 class ReportTest(unittest.TestCase):
@@ -108,7 +130,8 @@ class ReportTest(unittest.TestCase):
             stem = os.path.join(d, "t")
             with open(stem + ".json", "w") as f:
                 json.dump({"meta": meta, "runs": runs}, f)
-            text = report.render(json.load(open(stem + ".json")), stem)
+            with open(stem + ".json") as f:
+                text = report.render(json.load(f), stem)
             self.assertTrue(os.path.exists(stem + "-latency.png"))
         self.assertIn("| latency 8 B, write_imm vs fi_pingpong -p tcp -e msg (avg/avg) | ofi:tcp"
                       " | 7.00 µs | 8.00 (fi_pingpong -p tcp -e msg) | 0.88x | ≤ 1.00x | **met** |",
