@@ -165,9 +165,11 @@ def main():
     parser.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""))
     args = parser.parse_args()
     full = os.environ.get("BENCH_FULL", "") not in ("", "0")
-    rounds = int(os.environ.get("BENCH_ROUNDS", "5"))
+    rounds_text = os.environ.get("BENCH_ROUNDS", "5")
+    rounds = int(rounds_text) if rounds_text.isdigit() else 0
     if rounds < 5:
-        parser.error("BENCH_ROUNDS must be at least 5 (medians of fewer rounds say little)")
+        parser.error(f"BENCH_ROUNDS={rounds_text!r}: give a number of at least 5 (medians of "
+                     "fewer rounds say little)")
     settings = plan.Settings(full, rounds, guest=args.guest)
     name = args.name or ("softroce" if args.guest else "host")
     host = args.host or ("192.0.2.1" if args.guest else "127.0.0.1")

@@ -4,6 +4,7 @@ where curves cross, the UCX transport check and the report of a results
 file with a failed run and an unusable fabric."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -98,6 +99,25 @@ class WimmRunTest(unittest.TestCase):
             with self.assertRaisesRegex(runners.RunError, "server did not start"):
                 runners.run_wimm(os.environ["WIMM"], work, "pingpong", "nosuch:fabric",
                                  ["-n", "100"])
+
+
+class UsageTest(unittest.TestCase):
+    HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness.py")
+
+    def harness(self, env, *args):
+        return subprocess.run([sys.executable, self.HARNESS] + list(args), capture_output=True,
+                              text=True, env=dict(os.environ, **env), timeout=60)
+
+    def test_too_few_rounds_refused(self):
+        for rounds in ("3", "x"):
+            done = self.harness({"BENCH_ROUNDS": rounds}, "--build", "/nonexistent")
+            self.assertEqual(done.returncode, 2)
+            self.assertIn(f"BENCH_ROUNDS={rounds!r}: give a number of at least 5", done.stderr)
+
+    def test_missing_build_named(self):
+        done = self.harness({}, "--build", "/nonexistent")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("no wimm executable under /nonexistent", done.stderr)
 
 
 class ReportTest(unittest.TestCase):
