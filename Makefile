@@ -58,9 +58,10 @@ bench-kv: build
 	$(BUILD)/tools/wimm kv bench -f ofi:shm --spin
 
 # The same in the Soft-RoCE guest, against perftest (only WIMM_* variables
-# reach the guest by themselves: the harness's are passed here).
+# reach the guest by themselves: the harness's are passed here). The quick
+# default takes about half an hour of TCG: the guest gets an hour.
 bench-softroce: build
-	tests/softroce/run env "BENCH_FULL=$${BENCH_FULL:-}" "BENCH_ROUNDS=$${BENCH_ROUNDS:-5}" \
+	WIMM_SOFTROCE_TIMEOUT=$${WIMM_SOFTROCE_TIMEOUT:-3600} tests/softroce/run env "BENCH_FULL=$${BENCH_FULL:-}" "BENCH_ROUNDS=$${BENCH_ROUNDS:-5}" \
 		"BENCH_NOTE=$${BENCH_NOTE:-}" $(BENCH_PYTHON) bench/harness.py --guest --build $(BUILD)
 
 format:

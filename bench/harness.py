@@ -94,7 +94,7 @@ def probe_fabrics(runner, fabrics):
     return usable, unusable
 
 
-def run_rounds(runner, groups, rounds, device):
+def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None):
     total = rounds * sum(len(g) for g in groups)
     done, start = 0, time.monotonic()
     failed = {}  # key -> error: a case that timed out once is not retried
@@ -120,6 +120,9 @@ def run_rounds(runner, groups, rounds, device):
                         record.update(ok=False, error=str(e)[-600:])
                         say(f"run failed: {str(e)[-300:]}")
                 runner.records.append(record)
+            # A run killed from outside (the guest's time limit) leaves
+            # every group finished so far on disk.
+            checkpoint()
 
 
 def machine(note):
@@ -198,10 +201,19 @@ def main():
         meta.update(fabrics=usable, unusable=unusable)
         groups = plan.build(settings, usable, available)
         started = time.monotonic()
+        os.makedirs(args.out, exist_ok=True)
+        stem = os.path.join(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")
+
+        def checkpoint():
+            partial = dict(meta, aborted=f"incomplete: {len(runner.records)} runs so far")
+            with open(stem + ".json.tmp", "w") as f:
+                json.dump({"meta": partial, "runs": runner.records}, f, indent=1)
+            os.replace(stem + ".json.tmp", stem + ".json")
+
         # Interrupted (Ctrl-C, SIGTERM), the runs so far are still written.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
-            run_rounds(runner, groups, rounds, args.device)
+            run_rounds(runner, groups, rounds, args.device, checkpoint)
         except runners.TransportError as e:
             say(f"error: {e}")
             meta["aborted"] = str(e)
@@ -214,8 +226,6 @@ def main():
             runners.kill_live_servers()
         meta["load_after"] = loadavg()
         meta["minutes"] = round((time.monotonic() - started) / 60, 1)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")
     with open(stem + ".json", "w") as f:
         json.dump({"meta": meta, "runs": runner.records}, f, indent=1)
     say(f"raw results: {stem}.json")
