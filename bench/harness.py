@@ -28,6 +28,7 @@ import report  # noqa: E402
 import runners  # noqa: E402
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+PROJECT_DIR = os.path.dirname(BENCH_DIR)
 PEER_TOOLS = ["fi_pingpong", "ucx_perftest", "ib_send_lat", "ib_write_lat", "ib_write_bw",
               "ib_send_bw"]
 
@@ -40,7 +41,11 @@ def find_wimm(build):
     for candidate in ("tools/wimm", "wimm", "bin/wimm"):
         path = os.path.join(build, candidate)
         if os.access(path, os.X_OK):
-            return os.path.abspath(path)
+            # Relative to the project when inside it: the commands recorded
+            # in the results then name no folder of this machine.
+            path = os.path.abspath(path)
+            rel = os.path.relpath(path, PROJECT_DIR)
+            return path if rel.startswith("..") else os.path.join(".", rel)
     raise SystemExit(f"bench: no wimm executable under {build} (build it first: make build)")
 
 
@@ -177,6 +182,9 @@ def main():
     name = args.name or ("softroce" if args.guest else "host")
     host = args.host or ("192.0.2.1" if args.guest else "127.0.0.1")
 
+    # The recorded commands run from the project folder.
+    args.build, args.out = os.path.abspath(args.build), os.path.abspath(args.out)
+    os.chdir(PROJECT_DIR)
     wimm = find_wimm(args.build)
     fabrics = wimm_fabrics(wimm)
     if args.guest:
