@@ -46,8 +46,11 @@ test-fast: deps
 install: build
 	$(CMAKE) --install $(BUILD)
 
+# The like-for-like harness (bench/harness.py): wimm and every peer found here,
+# interleaved rounds; BENCH_FULL=1 for the long curves. Results: bench/results/.
+BENCH_PYTHON ?= /usr/bin/python3
 bench: build
-	bench/compare-ofi.sh $(BUILD)
+	$(BENCH_PYTHON) bench/harness.py --build $(BUILD)
 
 # The kv slot pool against redis-server + redis-benchmark (Debian redis).
 bench-kv: build
@@ -61,8 +64,12 @@ bench-ps: build
 	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_bench.py --wimm $(BUILD)/tools/wimm
 	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_pull.py -f ofi:tcp
 
+# The same in the Soft-RoCE guest, against perftest (only WIMM_* variables
+# reach the guest by themselves: the harness's are passed here). The quick
+# default takes about half an hour of TCG: the guest gets an hour.
 bench-softroce: build
-	tests/softroce/run bench/softroce.sh $(BUILD)
+	WIMM_SOFTROCE_TIMEOUT=$${WIMM_SOFTROCE_TIMEOUT:-3600} tests/softroce/run env "BENCH_FULL=$${BENCH_FULL:-}" "BENCH_ROUNDS=$${BENCH_ROUNDS:-5}" \
+		"BENCH_NOTE=$${BENCH_NOTE:-}" $(BENCH_PYTHON) bench/harness.py --guest --build $(BUILD)
 
 format:
 	clang-format -i include/*.h include/wimm/*.h src/*.h src/*/*.[ch] src/services/*/*.[ch] \

@@ -20,10 +20,14 @@
 #define CLI_DEFAULT_TIMEOUT_S 30
 #define CLI_PINGPONG_ITERS 10000u
 #define CLI_RATE_ITERS 100000u
+#define CLI_BULK_ITERS 3u
+#define CLI_BULK_SIZE (64u << 20)
+#define CLI_BULK_CHUNK (64u << 10)
 
 enum bench_mode {
 	BENCH_PINGPONG,
 	BENCH_RATE,
+	BENCH_BULK, /* one large transfer in chunks (bulk.c) */
 };
 
 /* How the receiver learns that a message has arrived (the source article
@@ -54,12 +58,16 @@ struct bench_opts {
 	uint32_t depth;
 	int timeout_ms; /* longest silence from the peer; -1: wait forever */
 	int timeout_given;
-	const char *host; /* NULL: server */
+	const char *host;  /* NULL: server */
+	double pace_per_s; /* rate: offered messages per second; 0: as fast as credits allow */
+	size_t chunk;	   /* bulk: bytes per write */
+	int notify_each;   /* bulk: a doorbell per chunk; 0: plain writes, one doorbell last */
 };
 
 /* ------------------------------------------------------------ options.c */
 
 const char *bench_op_name(enum bench_op op);
+const char *bench_mode_name(enum bench_mode mode);
 const char *bench_wait_name(enum wimm_wait_mode mode);
 /* Every command and flag with its default (wimm --help). */
 void cli_usage(FILE *f);
@@ -72,6 +80,15 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 /* ------------------------------------------------------------ endpoint.c */
 
 #define EP_BACKLOG 256
+
+/* CPU time the receiver spent over the timed part of a run: getrusage of the
+ * process (of the thread with --self), so it counts the provider's threads. */
+struct rx_cpu {
+	int measured;
+	double user_s;
+	double sys_s;
+	uint32_t doorbells; /* the notifications it waited for meanwhile */
+};
 
 /* One side of a benchmark: a context of its own (contexts are
  * single-threaded), a receive window, a source buffer and the events polled
@@ -108,6 +125,7 @@ struct endpoint {
 	int peer_gone;
 	int peer_gone_status;
 	int allow_disconnect;
+	struct rx_cpu cpu; /* the receiver's CPU over the timed part (rate, bulk) */
 	char pad_back[64];
 };
 
@@ -176,13 +194,27 @@ struct bench_result {
 	char fabric[64];
 	uint32_t count;
 	uint64_t elapsed_ns;
-	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration */
+	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration; bulk: per transfer */
+	struct rx_cpu rx; /* --self: the server thread's CPU */
 };
 
 void pingpong_server(struct endpoint *ep);
 void pingpong_client(struct endpoint *ep, struct bench_result *res);
 void rate_server(struct endpoint *ep);
 void rate_client(struct endpoint *ep, struct bench_result *res);
+/* Start and stop the receiver's CPU clock around its timed part. */
+void rx_cpu_start(const struct endpoint *ep, struct rx_cpu *mark);
+void rx_cpu_stop(struct endpoint *ep, const struct rx_cpu *mark, uint32_t doorbells);
+/* The receiver's CPU as one JSON object on stdout (a server run with --json). */
+void rx_cpu_report(const struct endpoint *ep);
+
+/* ------------------------------------------------------------- bulk.c */
+
+/* One transfer of -s bytes in --chunk writes, then the receiver's single
+ * acknowledgement; -n timed transfers after -w untimed ones. */
+void bulk_server(struct endpoint *ep);
+void bulk_client(struct endpoint *ep, struct bench_result *res);
+void bulk_report(const struct bench_opts *opts, const struct bench_result *res);
 
 /* ------------------------------------------------------------ selfaddr.c */
 

@@ -3,6 +3,7 @@
  *   wimm info [--json]          fabrics usable here and their limits
  *   wimm pingpong [flags] [HOST] latency of the four notification strategies
  *   wimm rate [flags] [HOST]     message rate of the same
+ *   wimm bulk [flags] [HOST]     one large transfer in chunks (bulk.c)
  *   wimm kv ...                  the key-value slot pool service (kv_cmd.c)
  *   wimm log SUBCOMMAND ...       the remote log service (log_cmd.c)
  *   wimm ps serve|stat|worker     the parameter server (ps_cmd.c)
@@ -70,6 +71,8 @@ int main(int argc, char **argv)
 		mode = BENCH_PINGPONG;
 	} else if (strcmp(command, "rate") == 0) {
 		mode = BENCH_RATE;
+	} else if (strcmp(command, "bulk") == 0) {
+		mode = BENCH_BULK;
 	} else {
 		fprintf(stderr, "wimm: unknown command '%s' (wimm --help lists them)\n", command);
 		cli_usage_command(stderr, "");
