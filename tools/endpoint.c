@@ -81,8 +81,11 @@ static const char *advice_for(int err)
 	case WIMM_E_NOWINDOW:
 		return "run both ends with the same -o and -s";
 	case WIMM_E_NOTSUP:
+		return "the provider's message above says what this fabric lacks: `wimm info`"
+		       " lists the fabrics wimm runs on; write_atomic needs atomics (ofi:shm,"
+		       " ipc, verbs:<device>)";
 	case WIMM_E_PERM:
-		return "write_atomic needs a fabric with atomics (ofi:shm, verbs:<device>) and"
+		return "write_atomic needs a fabric with atomics (ofi:shm, ipc, verbs:<device>) and"
 		       " both ends run with -o write_atomic";
 	case WIMM_E_PROVIDER:
 		return "the provider's message above says what failed (a port in use: pick"

@@ -104,12 +104,29 @@ static int ofi_matches_if(const char *prov, uint64_t mode, uint64_t msg_order)
 	return found;
 }
 
-/* fi_getinfo for the provider: native MSG endpoints first (tcp's MSG beats
- * tcp;ofi_rxm on latency), else RDM. Only infos with remote CQ data count. */
+/* The providers wimm runs on: the ones its conformance suite covers. Others
+ * that libfabric offers (layered ones such as tcp;ofi_rxm, sockets, udp,
+ * net) differ in ways the backend does not handle (zero-length RMA without
+ * an iov, progress, address formats) and are refused at open. */
+static const struct {
+	const char *prov;
+	enum fi_ep_type type;
+} ofi_supported[] = {{"tcp", FI_EP_MSG}, {"shm", FI_EP_RDM}};
+
+static int ofi_is_supported(const char *prov, enum fi_ep_type type)
+{
+	for (size_t k = 0; k < sizeof(ofi_supported) / sizeof(ofi_supported[0]); k++)
+		if (!strcmp(ofi_supported[k].prov, prov) && ofi_supported[k].type == type)
+			return 1;
+	return 0;
+}
+
+/* fi_getinfo for the provider, with the endpoint type wimm runs it with.
+ * Only infos with remote CQ data count. */
 static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 {
 	static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
-	int last = -FI_ENODATA;
+	int last = -FI_ENODATA, offered = 0;
 
 	/* Each type with atomics first (ofi_atomic.c), then without: atomics
 	 * never decide the endpoint type, only come with it where they can. */
@@ -133,11 +150,23 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 			if (strcmp(i->fabric_attr->prov_name, prov) ||
 			    i->domain_attr->cq_data_size < 4)
 				continue;
+			if (!ofi_is_supported(prov, i->ep_attr->type)) {
+				offered = 1;
+				continue;
+			}
 			*out = fi_dupinfo(i);
 			fi_freeinfo(list);
 			return *out ? 0 : WIMM_E_NOMEM;
 		}
 		fi_freeinfo(list);
+	}
+	if (offered) {
+		wimm_ctx_set_provider_error(
+		    x->core, 0,
+		    "wimm's ofi backend runs on libfabric's tcp (FI_EP_MSG) "
+		    "and shm (FI_EP_RDM) providers, the ones its conformance "
+		    "suite covers; on one host ipc is faster");
+		return WIMM_E_NOTSUP;
 	}
 	wimm_ctx_set_provider_error(x->core, last,
 				    ofi_matches_if(prov, FI_RX_CQ_DATA, OFI_ORDER)
@@ -398,7 +427,7 @@ static int ofi_describe(FILE *f, int json, int *first)
 		int dup = 0;
 
 		if (i->domain_attr->cq_data_size < 4 ||
-		    (i->ep_attr->type != FI_EP_MSG && i->ep_attr->type != FI_EP_RDM))
+		    !ofi_is_supported(i->fabric_attr->prov_name, i->ep_attr->type))
 			continue;
 		snprintf(key, sizeof(key), "%s/%s", i->fabric_attr->prov_name,
 			 ofi_ep_name(i->ep_attr->type));

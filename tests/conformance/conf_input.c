@@ -20,6 +20,18 @@ static void t_bad_uri(const char *uri)
 	(void)uri;
 	CHECK_RC(wimm_ctx_open("bogus:x", NULL, &ctx), WIMM_E_NOFABRIC);
 	CHECK_RC(wimm_ctx_open("ofi:nosuchprov", NULL, &ctx), WIMM_E_NODEV);
+	/* A provider libfabric has but wimm does not run on (layered rxm: it
+	 * used to open and then crash at the first zero-length write) is
+	 * refused at open, saying which ones wimm runs on. */
+	rc = wimm_ctx_open("ofi:tcp;ofi_rxm", NULL, &ctx);
+	CHECKF(rc == WIMM_E_NOTSUP || rc == WIMM_E_NODEV || rc == WIMM_E_NOFABRIC,
+	       "ofi:tcp;ofi_rxm: %s", wimm_err_name(rc));
+	if (rc == WIMM_E_NOTSUP) {
+		const char *text = NULL;
+		wimm_provider_error(NULL, &text);
+		CHECKF(text && strstr(text, "tcp (FI_EP_MSG) and shm (FI_EP_RDM)"),
+		       "ofi:tcp;ofi_rxm: the reason: %s", text ? text : "(none)");
+	}
 	rc = wimm_ctx_open("verbs:nosuchdev", NULL, &ctx);
 	CHECKF(rc == WIMM_E_NODEV || rc == WIMM_E_NOFABRIC, "verbs:nosuchdev: %s",
 	       wimm_err_name(rc));
