@@ -314,7 +314,8 @@ int wimm_sockaddr_text(const struct sockaddr *sa, char *buf, size_t len);
 int64_t wimm_now_ms(void);
 int64_t wimm_now_ns(void);
 int64_t wimm_coarse_ns(void);
-/* A deadline timeout_ms from now (negative: default_ms), and the
+/* A deadline timeout_ms from now (negative: default_ms; a negative
+ * default_ms: none, INT64_MAX), and the
  * milliseconds left until it, clamped to 0..INT32_MAX for poll(2). */
 int64_t wimm_deadline_ms(int timeout_ms, int default_ms);
 int wimm_remaining_ms(int64_t deadline);

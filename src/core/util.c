@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,7 +34,10 @@ int64_t wimm_coarse_ns(void)
 
 int64_t wimm_deadline_ms(int timeout_ms, int default_ms)
 {
-	return wimm_now_ms() + (timeout_ms < 0 ? default_ms : timeout_ms);
+	int ms = timeout_ms < 0 ? default_ms : timeout_ms;
+
+	/* A negative default is "no deadline" (wimm_accept(-1) waits for ever). */
+	return ms < 0 ? INT64_MAX : wimm_now_ms() + ms;
 }
 
 int wimm_remaining_ms(int64_t deadline)

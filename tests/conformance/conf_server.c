@@ -915,7 +915,55 @@ out:
 	netlab_done(&n);
 }
 
+/* Timeouts of -1 wait for ever: accept with -1 returns the connection
+ * however long its set-up takes (on shm it needs the peer's progress), and
+ * a graceful close with -1 waits for its fence. (-1 once made a deadline
+ * in the past: accept timed out at once on shm.) */
+static void t_server_wait_forever(const char *uri)
+{
+	struct srv_peer c = {.pid = -1, .st = -1, .cmd = -1};
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_listener *l = NULL;
+	struct wimm_conn *conn = NULL;
+	char addr[300];
+	int rc = wimm_ctx_open(uri, NULL, &ctx);
+
+	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
+		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
+		return;
+	}
+	CHECK_OK(rc);
+	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
+		goto out;
+	if (spawn_stream(&c, NULL, uri, addr, 1000, 0))
+		goto out;
+	CHECK_OK(wimm_accept(l, -1, &conn));
+	CHECK(conn != NULL);
+	/* Its doorbells arrive on the accepted connection. */
+	struct wimm_event ev[16];
+	int got = 0;
+	for (int64_t until = conf_now_ms() + 10000 * conf_scale(); !got && conf_now_ms() < until;) {
+		int n = wimm_wait(ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 100);
+		CHECKF(n >= 0, "wimm_wait: %s", wimm_err_name(n));
+		for (int i = 0; i < n; i++)
+			got += ev[i].type == WIMM_EV_WRITE_IMM && ev[i].conn == conn;
+	}
+	CHECKF(got, "no doorbell on the connection accepted with timeout -1");
+	/* Closed while the peer still streams (its progress serves the fence);
+	 * it then leaves on its own, never killed inside shm's lock. */
+	rc = wimm_conn_close(&conn, -1);
+	CHECKF(rc == 0 || rc == WIMM_E_DISCONNECTED, "wimm_conn_close(-1): %s", wimm_err_name(rc));
+	CHECK(conn == NULL);
+	CHECKF(srv_peer_exit(&c, 10000 * conf_scale()) >= 0, "the client did not leave");
+out:
+	wimm_conn_delete(&conn);
+	srv_peer_reap(&c);
+	wimm_listener_delete(&l);
+	wimm_ctx_close(&ctx);
+}
+
 const struct conf_test conf_tests_server[] = {
+    {"server_wait_forever", t_server_wait_forever, 60},
     {"server_control_plane", t_server_control_plane, 60},
     {"server_silent_death_frozen", t_server_silent_death_frozen, 60},
     {"server_silent_death_link", t_server_silent_death_link, 60},
