@@ -276,26 +276,29 @@ static void phase_stats(uint32_t *lat, size_t n, double rate, struct kvb_phase_s
 static int run_clients(const struct kvb_store *st, const char *addr, const struct kvb_workload *w,
 		       struct kvb_phase_stats out[2])
 {
-	static int rep[MAX_CLIENTS][2];
+	static int rep[MAX_CLIENTS][2], go[MAX_CLIENTS][2];
 	static pid_t pid[MAX_CLIENTS];
-	int go[2], fails = 0, nc = w->clients;
-	if (pipe(go) < 0)
-		return -1;
+	int fails = 0, nc = w->clients;
 	fflush(stdout);
-	/* A report pipe per client: reports are larger than PIPE_BUF and
-	 * would interleave in a shared one. */
+	/* A report pipe and a start pipe per client: reports are larger than
+	 * PIPE_BUF and would interleave in a shared one, and a client done with
+	 * its puts must not take the start meant for a slower one. */
 	for (int i = 0; i < nc; i++) {
-		if (pipe(rep[i]) < 0)
+		if (pipe(rep[i]) < 0 || pipe(go[i]) < 0)
 			return -1;
 		pid[i] = fork();
 		if (pid[i] == 0) {
+			/* Only our own ends: a start pipe held open here would
+			 * keep its client from seeing the end of the run. */
+			for (int j = 0; j < i; j++)
+				close(go[j][1]);
 			close(rep[i][0]);
-			close(go[1]);
-			_exit(bench_client(st, addr, w, i, rep[i][1], go[0]));
+			close(go[i][1]);
+			_exit(bench_client(st, addr, w, i, rep[i][1], go[i][0]));
 		}
 		close(rep[i][1]);
+		close(go[i][0]);
 	}
-	close(go[0]);
 	char byte;
 	for (int i = 0; i < nc; i++)
 		if (read(rep[i][0], &byte, 1) != 1)
@@ -303,7 +306,7 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 	/* Go, then the same again after every client's put phase. */
 	for (int phase = 0; phase < 2 && !fails; phase++) {
 		for (int i = 0; i < nc && !fails; i++)
-			if (write(go[1], "g", 1) != 1)
+			if (write(go[i][1], "g", 1) != 1)
 				fails++;
 		for (int i = 0; i < nc && !fails && phase == 0; i++)
 			if (read(rep[i][0], &byte, 1) != 1 || byte != 'p')
@@ -323,9 +326,9 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 		rate[0] += w->ops / (phase[0] / 1e9);
 		rate[1] += w->ops / (phase[1] / 1e9);
 	}
-	close(go[1]);
 	for (int i = 0; i < nc; i++) {
 		int status;
+		close(go[i][1]);
 		close(rep[i][0]);
 		waitpid(pid[i], &status, 0);
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
