@@ -4,9 +4,9 @@
     pages.py build SRC_DIR OUT_DIR        scdoc every *.N.scd into OUT_DIR/manN/,
                                           and a symlink for every other name of its
                                           NAME line
-    pages.py coverage HEADER SRC_DIR      every function and type of the header has
+    pages.py coverage HEADER... SRC_DIR   every function and type of the headers has
                                           a page (is named in a NAME line), and no
-                                          page names a function the header lacks
+                                          page names a function the headers lack
     pages.py render OUT_DIR               every built page and link renders with
                                           man -l, without a groff warning
 
@@ -78,8 +78,13 @@ def header_api(header):
     return functions, types
 
 
-def coverage(header, src_dir):
-    functions, types = header_api(header)
+def coverage(headers, src_dir):
+    functions, types = set(), set()
+    for h in headers:
+        f, t = header_api(h)
+        functions |= f
+        types |= t
+    header = " + ".join(headers)
     if not functions:
         raise SystemExit(f"{header}: found no functions (is the parser still right?)")
     named = {}
@@ -135,8 +140,8 @@ def main(argv):
     if len(argv) == 4 and argv[1] == "build":
         build(argv[2], argv[3])
         return 0
-    if len(argv) == 4 and argv[1] == "coverage":
-        return coverage(argv[2], argv[3])
+    if len(argv) >= 4 and argv[1] == "coverage":
+        return coverage(argv[2:-1], argv[-1])
     if len(argv) == 3 and argv[1] == "render":
         return render(argv[2])
     print(__doc__, file=sys.stderr)

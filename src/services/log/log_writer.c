@@ -108,7 +108,7 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 			struct log_error le;
 			log_error_decode(w->win + LOG_ERROR_OFF, &le);
 			log_error_text(&le, w->err, sizeof(w->err));
-			w->broken = WIMM_E_PROTO;
+			w->broken = le.code == LOG_ERR_FENCED ? WIMM_E_REFUSED : WIMM_E_PROTO;
 			if (w->attr.log)
 				w->attr.log(w->attr.log_arg, WIMM_LOG_ERROR, w->err);
 		}
@@ -142,7 +142,8 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 	struct log_hello h = {.role = LOG_ROLE_WRITER,
 			      .id = w->attr.id,
 			      .first_seq = first_seq,
-			      .start_off = start_off};
+			      .start_off = start_off,
+			      .epoch = w->attr.epoch};
 	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
 	int rc = wimm_ctx_limits(w->ctx, &lim);
 	if (rc)
