@@ -69,11 +69,12 @@ static void rm_dir(const char *dir)
 	rmdir(dir);
 }
 
-static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
+static struct wimm_ctx *bench_ctx(const char *fabric, int spin, uint32_t liveness_ms)
 {
 	struct wimm_ctx *ctx;
 	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0,
-				  .flags = spin ? WIMM_CTX_POLLING : 0};
+				  .flags = spin ? WIMM_CTX_POLLING : 0,
+				  .liveness_ms = liveness_ms};
 	int rc = wimm_ctx_open(fabric, &a, &ctx);
 	if (rc)
 		cli_fail(NULL, rc, "log bench: open fabric %s", fabric);
@@ -90,7 +91,7 @@ static void say_server(void *arg, enum wimm_log_level lvl, const char *msg)
 static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin,
 				  uint32_t ring)
 {
-	struct wimm_ctx *ctx = bench_ctx(fabric, spin);
+	struct wimm_ctx *ctx = bench_ctx(fabric, spin, ring ? LOG_BENCH_LIVENESS_MS : 0);
 	struct wimm_log_server *s;
 	/* Throughput (a ring given): 64 ledger writers connect at once, each
 	 * with a probe reader too. */
@@ -239,7 +240,7 @@ int log_bench_main(int argc, char **argv)
 	struct wimm_ctx *ctx[2];
 	struct wimm_log_writer *w[2];
 	for (int m = 0; m < 2; m++) {
-		ctx[m] = bench_ctx(fabric, spin);
+		ctx[m] = bench_ctx(fabric, spin, 0);
 		struct wimm_log_writer_attr a = {.id = 0xbe0c0 + (uint64_t)m,
 						 .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
 		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);

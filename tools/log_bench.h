@@ -3,6 +3,11 @@
 #ifndef WIMM_LOG_BENCH_H
 #define WIMM_LOG_BENCH_H
 
+/* The throughput's contexts drop a peer only after this much silence: 64
+ * writer processes on a loaded 2-core host can each be off the CPU for
+ * longer than the default 5 s, and this measures appends, not liveness. */
+#define LOG_BENCH_LIVENESS_MS 60000
+
 /* Where the throughput's writers go: one server, and three for a ledger. */
 struct log_bench_servers {
 	const char *fabric;

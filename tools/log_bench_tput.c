@@ -30,6 +30,8 @@ struct child_result {
 };
 
 /* A writer is connected: wait for the start signal. */
+static const struct wimm_ctx_attr tput_ctx_attr = {.liveness_ms = LOG_BENCH_LIVENESS_MS};
+
 static int log_bench_ready(void);
 /* A writer's last entry is durable (or it failed): when. */
 static void log_bench_done(int rc);
@@ -42,7 +44,7 @@ static int child_appends(const char *fabric, const char *addr, uint64_t id, unsi
 	unsigned char buf[ENTRY];
 	uint64_t seq = 0;
 	log_gen_fill(buf, sizeof(buf), id, 1);
-	int rc = wimm_ctx_open(fabric, NULL, &ctx);
+	int rc = wimm_ctx_open(fabric, &tput_ctx_attr, &ctx);
 	if (rc)
 		return rc;
 	struct wimm_log_writer_attr a = {.id = id, .timeout_ms = 60000};
@@ -69,7 +71,7 @@ static int child_ledger(const char *fabric, const char *const *addrs, uint64_t i
 	int rc = 0;
 	log_gen_fill(buf, sizeof(buf), id, 1);
 	for (int i = 0; i < 3 && !rc; i++)
-		rc = wimm_ctx_open(fabric, NULL, &ctx[i]);
+		rc = wimm_ctx_open(fabric, &tput_ctx_attr, &ctx[i]);
 	struct wimm_log_ledger_attr a = {.id = id, .ack_quorum = 2, .timeout_ms = 60000};
 	if (!rc)
 		rc = wimm_log_ledger_open(ctx, addrs, 3, &a, &l);
@@ -183,17 +185,25 @@ void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned
 	printf("| target | writers | median | MB/s | every round |\n|---|---:|---:|---:|---|\n");
 	for (int ledger = 0; ledger < 2; ledger++)
 		for (size_t c = 0; c < NCOUNTS; c++) {
+			/* The median of the rounds that completed; every round shown,
+			 * a failed one as such. */
 			double s[MAX_ROUNDS];
 			char all[MAX_ROUNDS * 12] = "";
-			memcpy(s, r[ledger][c], rounds * sizeof(double));
+			unsigned ok = 0;
 			for (unsigned k = 0; k < rounds; k++) {
 				size_t used = strlen(all);
-				snprintf(all + used, sizeof(all) - used, "%s%.0f", k ? ", " : "",
-					 r[ledger][c][k]);
+				double v = r[ledger][c][k];
+				if (v >= 0)
+					s[ok++] = v;
+				if (v >= 0)
+					snprintf(all + used, sizeof(all) - used, "%s%.0f",
+						 k ? ", " : "", v);
+				else
+					snprintf(all + used, sizeof(all) - used, "%sfailed",
+						 k ? ", " : "");
 			}
-			qsort(s, rounds, sizeof(double), cmp_double);
-			double med =
-			    rounds % 2 ? s[rounds / 2] : (s[rounds / 2 - 1] + s[rounds / 2]) / 2;
+			qsort(s, ok, sizeof(double), cmp_double);
+			double med = !ok ? 0 : ok % 2 ? s[ok / 2] : (s[ok / 2 - 1] + s[ok / 2]) / 2;
 			printf("| %s | %u | %.0f | %.1f | %s |\n",
 			       ledger ? "ledger E=3 Qa=2" : "one server", writer_counts[c], med,
 			       med * ENTRY / 1e6, all);

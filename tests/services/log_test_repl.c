@@ -185,6 +185,20 @@ int test_replication(void)
 	CHECK(c->next == 801 && c->delivered == 800,
 	      "the ledger holds seq 1..%llu (%llu entries), expected 1..800",
 	      (unsigned long long)c->next - 1, (unsigned long long)c->delivered);
+	/* The same rule through `wimm log tail --ledger`: seq first. */
+	char *tail[] = {(char *)wimm_bin, "log",      "tail", hosts,	"-f",
+			(char *)fabric,	  "--ledger", "9",    "--from", "600",
+			"--count",	  "2",	      NULL};
+	CHECK(spawn(&z, tail) == 0, "spawn");
+	char want[64];
+	line_of(want, sizeof(want), 600);
+	const char *l1 = proc_line(&z, 15000);
+	CHECK(l1 && strncmp(l1, "600 ", 4) == 0 && strstr(l1, want), "tail --ledger printed '%s'",
+	      l1 ? l1 : "");
+	const char *l2 = proc_line(&z, 15000);
+	CHECK(l2 && strncmp(l2, "601 ", 4) == 0 && strstr(l2, " 9:601"),
+	      "tail --ledger printed '%s'", l2 ? l2 : "");
+	CHECK(proc_wait(&z, 15000) == 0, "tail --ledger --count 2: %s", z.errtext);
 	printf("replication: %llu committed at Qa=2 with one of three servers killed, "
 	       "recovered by a new writer, the old writer fenced (also after a restart); %llu "
 	       "entries read back by the quorum rule\n",
