@@ -250,15 +250,16 @@ const char *wimm_log_ledger_error(const struct wimm_log_ledger *l)
 /* ---------------------------------------------------------------- open */
 
 /* Where the ledger stands on every server: the highest epoch, and how many
- * answered. One short-lived reader each, on a context of the ledger's. */
-static unsigned probe(struct wimm_log_ledger *l, struct wimm_ctx *rctx, uint32_t *epoch)
+ * answered. One short-lived reader each, on that member's context (its
+ * writer does not exist yet): one endpoint per server, not two. */
+static unsigned probe(struct wimm_log_ledger *l, uint32_t *epoch)
 {
 	unsigned answered = 0;
 	*epoch = 0;
 	for (unsigned i = 0; i < l->n; i++) {
 		struct wimm_log_reader *r;
 		struct wimm_log_ledger_info info;
-		int rc = wimm_log_reader_open(rctx, l->m[i].addr, 0, MEMBER_TIMEOUT_MS, &r);
+		int rc = wimm_log_reader_open(l->m[i].ctx, l->m[i].addr, 0, MEMBER_TIMEOUT_MS, &r);
 		if (!rc)
 			rc = wimm_log_reader_ledger(r, l->attr.id, &info, l->attr.timeout_ms);
 		wimm_log_reader_close(&r);
@@ -338,12 +339,17 @@ static int member_durable(void *arg)
 }
 
 /* Bring member m from its last entry up to `last`, read from member src. */
-static int copy_up(struct wimm_log_ledger *l, struct wimm_ctx *rctx, struct member *src,
-		   struct member *m, uint64_t from, uint64_t last)
+static int copy_up(struct wimm_log_ledger *l, struct member *src, struct member *m, uint64_t from,
+		   uint64_t last)
 {
-	struct wimm_log_reader *r;
+	struct wimm_log_reader *r = NULL;
+	struct wimm_ctx *rctx = NULL;
 	struct copy c = {.l = l, .to = m, .next = from};
-	int rc = wimm_log_reader_open(rctx, src->addr, 0, MEMBER_TIMEOUT_MS, &r);
+	/* The reader needs a context of its own: the members' belong to
+	 * their writers. */
+	int rc = wimm_ctx_open(wimm_ctx_fabric(m->ctx), NULL, &rctx);
+	if (!rc)
+		rc = wimm_log_reader_open(rctx, src->addr, 0, MEMBER_TIMEOUT_MS, &r);
 	while (!rc && c.next <= last) {
 		uint64_t want = last - c.next + 1;
 		int n = wimm_log_read_writer(r, l->attr.id, c.next,
@@ -352,6 +358,7 @@ static int copy_up(struct wimm_log_ledger *l, struct wimm_ctx *rctx, struct memb
 		rc = n < 0 ? n : c.rc ? c.rc : n == 0 ? WIMM_E_PROTO : 0;
 	}
 	wimm_log_reader_close(&r);
+	wimm_ctx_close(&rctx);
 	c.next = last;
 	if (!rc)
 		rc = ledger_until(l, member_durable, &c);
@@ -359,7 +366,7 @@ static int copy_up(struct wimm_log_ledger *l, struct wimm_ctx *rctx, struct memb
 }
 
 /* The highest entry a live member holds is the last; everyone gets it. */
-static int settle(struct wimm_log_ledger *l, struct wimm_ctx *rctx)
+static int settle(struct wimm_log_ledger *l)
 {
 	uint64_t last = 0, at[MAX_MEMBERS] = {0};
 	struct member *src = NULL;
@@ -379,7 +386,7 @@ static int settle(struct wimm_log_ledger *l, struct wimm_ctx *rctx)
 		struct member *m = &l->m[i];
 		if (!m->live || at[i] >= last)
 			continue;
-		int rc = copy_up(l, rctx, src, m, at[i] + 1, last);
+		int rc = copy_up(l, src, m, at[i] + 1, last);
 		if (rc == WIMM_E_REFUSED)
 			return rc;
 		if (rc)
@@ -400,7 +407,6 @@ int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs,
 	    attr->ack_quorum > n)
 		return WIMM_E_INVAL;
 	struct wimm_log_ledger *l = calloc(1, sizeof(*l));
-	struct wimm_ctx *rctx = NULL;
 	int rc = WIMM_E_NOMEM;
 	if (!l)
 		return rc;
@@ -420,17 +426,12 @@ int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs,
 		if (!l->m[i].addr)
 			goto fail;
 	}
-	/* Readers for the probe and the copies: a context of their own, the
-	 * members' are theirs. */
-	rc = wimm_ctx_open(wimm_ctx_fabric(ctxs[0]), NULL, &rctx);
-	if (rc)
-		goto fail;
 	int recover = (attr->flags & WIMM_LOG_LEDGER_RECOVER) != 0;
 	unsigned need = recover ? n - l->qa + 1 : l->qa;
 	if (need < l->qa)
 		need = l->qa;
 	uint32_t top;
-	if (probe(l, rctx, &top) < need) {
+	if (probe(l, &top) < need) {
 		snprintf(l->err, sizeof(l->err), "fewer than %u of %u servers answered", need, n);
 		rc = WIMM_E_DISCONNECTED;
 		goto fail;
@@ -455,7 +456,7 @@ int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs,
 			say(l, WIMM_LOG_WARN, "ledger %llx: server %s: %s",
 			    (unsigned long long)attr->id, m->addr, wimm_strerror(rc));
 	}
-	rc = live_count(l) < need ? WIMM_E_DISCONNECTED : settle(l, rctx);
+	rc = live_count(l) < need ? WIMM_E_DISCONNECTED : settle(l);
 	if (rc) {
 		if (!l->err[0])
 			snprintf(l->err, sizeof(l->err), "fewer than %u of %u servers reachable",
@@ -464,13 +465,11 @@ int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs,
 	}
 	/* What the servers hold carries older LACs: close says the settled one. */
 	l->sent_lac = l->settled ? 0 : l->lac;
-	wimm_ctx_close(&rctx);
 	*out = l;
 	return 0;
 fail:
 	say(l, WIMM_LOG_ERROR, "ledger %llx: %s", (unsigned long long)attr->id,
 	    l->err[0] ? l->err : wimm_strerror(rc));
-	wimm_ctx_close(&rctx);
 	wimm_log_ledger_close(&l, 0);
 	return rc;
 }
