@@ -40,7 +40,7 @@ static void log_bench_done(int rc);
 static int child_appends(const char *fabric, const char *addr, uint64_t id, unsigned n)
 {
 	struct wimm_ctx *ctx;
-	struct wimm_log_writer *w;
+	struct wimm_log_writer *w = NULL;
 	unsigned char buf[ENTRY];
 	uint64_t seq = 0;
 	log_gen_fill(buf, sizeof(buf), id, 1);

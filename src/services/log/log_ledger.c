@@ -17,6 +17,7 @@
 /* How long one server may hold up the others (their heartbeats wait
  * meanwhile: well under the default liveness of 5 s). */
 #define MEMBER_TIMEOUT_MS 2000
+#define PROBE_TIMEOUT_MS 5000
 
 struct member {
 	struct wimm_ctx *ctx;
@@ -257,9 +258,14 @@ static unsigned probe(struct wimm_log_ledger *l, uint32_t *epoch)
 	unsigned answered = 0;
 	*epoch = 0;
 	for (unsigned i = 0; i < l->n; i++) {
-		struct wimm_log_reader *r;
+		struct wimm_log_reader *r = NULL;
 		struct wimm_log_ledger_info info;
-		int rc = wimm_log_reader_open(l->m[i].ctx, l->m[i].addr, 0, MEMBER_TIMEOUT_MS, &r);
+		/* No writer waits for heartbeats yet: longer than a member's
+		 * try (a burst of connects), but a dead server costs this much
+		 * at every open. */
+		int wait =
+		    l->attr.timeout_ms < PROBE_TIMEOUT_MS ? l->attr.timeout_ms : PROBE_TIMEOUT_MS;
+		int rc = wimm_log_reader_open(l->m[i].ctx, l->m[i].addr, 0, wait, &r);
 		if (!rc)
 			rc = wimm_log_reader_ledger(r, l->attr.id, &info, l->attr.timeout_ms);
 		wimm_log_reader_close(&r);
@@ -443,8 +449,15 @@ int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs,
 		struct member *m = &l->m[i];
 		if (!m->answered)
 			continue;
-		rc = wimm_log_writer_open(m->ctx, m->addr, &wa, &m->w);
-		wimm_log_ledger_poll(l); /* the others' heartbeats */
+		/* Short tries, the others polled in between (their heartbeats),
+		 * until the ledger's timeout: a burst of connects may be
+		 * refused for a moment. */
+		int64_t deadline = log_now_ms() + l->attr.timeout_ms;
+		do {
+			rc = wimm_log_writer_open(m->ctx, m->addr, &wa, &m->w);
+			wimm_log_ledger_poll(l);
+		} while (rc && rc != WIMM_E_REFUSED && rc != WIMM_E_PROTO &&
+			 log_now_ms() < deadline);
 		if (rc == WIMM_E_REFUSED) {
 			snprintf(l->err, sizeof(l->err),
 				 "server %s: the ledger is fenced above epoch %u", m->addr,

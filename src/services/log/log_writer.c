@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log_internal.h"
 
@@ -192,6 +193,22 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 	return rc ? rc : w->broken;
 }
 
+/* hello() again while the connection is lost before the server answered
+ * (under a burst of connects a server may drop one at accept), until the
+ * attr's timeout. */
+static int hello_retry(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_off)
+{
+	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
+	for (;;) {
+		int rc = hello(w, first_seq, start_off);
+		if (rc != WIMM_E_DISCONNECTED || w->resumed || log_now_ms() >= deadline)
+			return rc;
+		wimm_conn_delete(&w->conn);
+		struct timespec ts = {0, 50 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 			 const struct wimm_log_writer_attr *attr, struct wimm_log_writer **out)
 {
@@ -225,7 +242,7 @@ int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 		if (rc)
 			goto fail;
 	}
-	rc = hello(w, attr->first_seq, 0);
+	rc = hello_retry(w, attr->first_seq, 0);
 	if (rc)
 		goto fail;
 	wimm_mr_dereg(&w->mirror_mr);
@@ -377,7 +394,7 @@ int wimm_log_writer_reconnect(struct wimm_log_writer *w)
 	wimm_conn_delete(&w->conn);
 	uint64_t first = w->qlen ? w->q[w->qhead].seq : w->next_seq;
 	uint32_t start = w->qlen ? w->q[w->qhead].off : w->tail;
-	int rc = hello(w, first, start);
+	int rc = hello_retry(w, first, start);
 	if (rc)
 		return rc;
 	/* Everything not durable goes again, in order; the server drops what
