@@ -204,8 +204,12 @@ void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned
 			}
 			qsort(s, ok, sizeof(double), cmp_double);
 			double med = !ok ? 0 : ok % 2 ? s[ok / 2] : (s[ok / 2 - 1] + s[ok / 2]) / 2;
-			printf("| %s | %u | %.0f | %.1f | %s |\n",
-			       ledger ? "ledger E=3 Qa=2" : "one server", writer_counts[c], med,
-			       med * ENTRY / 1e6, all);
+			const char *target = ledger ? "ledger E=3 Qa=2" : "one server";
+			if (ok)
+				printf("| %s | %u | %.0f | %.1f | %s |\n", target, writer_counts[c],
+				       med, med * ENTRY / 1e6, all);
+			else
+				printf("| %s | %u | failed | failed | %s |\n", target,
+				       writer_counts[c], all);
 		}
 }
