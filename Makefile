@@ -13,7 +13,7 @@ JOBS       ?= 2
 CMAKE      ?= cmake
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build demo test test-fast install bench bench-kv bench-softroce format clean
+.PHONY: all deps build demo test test-fast install bench bench-kv bench-ps bench-softroce format clean
 
 all: build
 
@@ -46,16 +46,30 @@ test-fast: deps
 install: build
 	$(CMAKE) --install $(BUILD)
 
+# The like-for-like harness (bench/harness.py): wimm and every peer found here,
+# interleaved rounds; BENCH_FULL=1 for the long curves. Results: bench/results/.
+BENCH_PYTHON ?= /usr/bin/python3
 bench: build
-	bench/compare-ofi.sh $(BUILD)
+	$(BENCH_PYTHON) bench/harness.py --build $(BUILD)
 
 # The kv slot pool against redis-server + redis-benchmark (Debian redis).
 bench-kv: build
 	$(BUILD)/tools/wimm kv bench -f ofi:tcp
 	$(BUILD)/tools/wimm kv bench -f ofi:shm --spin
 
+# The parameter server against torch.distributed all-reduce (gloo): Debian
+# python3-torch is installed here only, for this benchmark.
+bench-ps: build
+	@dpkg -s python3-torch >/dev/null 2>&1 || apt-get install -y python3-torch
+	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_bench.py --wimm $(BUILD)/tools/wimm
+	WIMM_LIBRARY=$(BUILD)/libwimm.so /usr/bin/python3 bench/ps_pull.py -f ofi:tcp
+
+# The same in the Soft-RoCE guest, against perftest (only WIMM_* variables
+# reach the guest by themselves: the harness's are passed here). The quick
+# default takes about half an hour of TCG: the guest gets an hour.
 bench-softroce: build
-	tests/softroce/run bench/softroce.sh $(BUILD)
+	WIMM_SOFTROCE_TIMEOUT=$${WIMM_SOFTROCE_TIMEOUT:-3600} tests/softroce/run env "BENCH_FULL=$${BENCH_FULL:-}" "BENCH_ROUNDS=$${BENCH_ROUNDS:-5}" \
+		"BENCH_NOTE=$${BENCH_NOTE:-}" $(BENCH_PYTHON) bench/harness.py --guest --build $(BUILD)
 
 format:
 	clang-format -i include/*.h include/wimm/*.h src/*.h src/*/*.[ch] src/services/*/*.[ch] \

@@ -1,6 +1,8 @@
 /* wimm_scale: how one server context copes with many client connections.
  *
  *   wimm_scale [-f FABRIC] [-n 1,16,64,256,1000] [-p PROCS] [-t SECONDS]
+ *              [-a HOST]   (the server's address: 127.0.0.1; on verbs the
+ *                           RDMA device's, e.g. 192.0.2.1 in the guest)
  *
  * For each N the server (this process) listens; PROCS client processes
  * (this binary again, exec'd, so no libfabric state is shared through fork)
@@ -34,6 +36,7 @@
 #define MAX_PROCS 64
 
 static double idle_secs = 0.3;
+static const char *server_host = "127.0.0.1";
 
 /* ------------------------------------------------------------------ client */
 
@@ -192,10 +195,11 @@ static void run_one(struct run *r, const char *self, const char *fabric, double 
 	ret = wimm_ctx_open(fabric, NULL, &ctx);
 	if (ret)
 		load_die("ctx_open", ret, NULL);
-	ret = wimm_listen(ctx, "127.0.0.1:0", NULL, &l);
+	snprintf(addr, sizeof(addr), "%s:0", server_host);
+	ret = wimm_listen(ctx, addr, NULL, &l);
 	if (ret)
 		load_die("listen", ret, ctx);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", wimm_listener_port(l));
+	snprintf(addr, sizeof(addr), "%s:%d", server_host, wimm_listener_port(l));
 	if (pipe(ready))
 		load_die("pipe", -errno, NULL);
 	spawn(r, self, fabric, addr, ready[1]);
@@ -241,8 +245,11 @@ int main(int argc, char **argv)
 
 	if (argc == 7 && !strcmp(argv[1], "--client"))
 		return client_main(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
-	while ((opt = getopt(argc, argv, "f:n:p:t:i:h")) != -1) {
+	while ((opt = getopt(argc, argv, "a:f:n:p:t:i:h")) != -1) {
 		switch (opt) {
+		case 'a':
+			server_host = optarg;
+			break;
 		case 'i':
 			idle_secs = atof(optarg);
 			break;
@@ -261,7 +268,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(stderr,
 				"usage: %s [-f FABRIC] [-n N,N,...] [-p PROCS] "
-				"[-t SECONDS] [-i IDLE_SECONDS]\n",
+				"[-t SECONDS] [-i IDLE_SECONDS] [-a HOST]\n",
 				argv[0]);
 			return 2;
 		}

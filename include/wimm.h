@@ -187,6 +187,10 @@ enum wimm_access {
 	WIMM_LOCAL = 0,		     /* source or read target only */
 	WIMM_REMOTE_WRITE = 1u << 0, /* peers may write (a window) */
 	WIMM_REMOTE_READ = 1u << 1,  /* peers may read */
+	/* Peers may run atomics (wimm_fetch_add, wimm_cmp_swap) on it. On
+	 * libfabric, which has no access bit of its own for atomics, the
+	 * provider is told remote read and write. */
+	WIMM_REMOTE_ATOMIC = 1u << 2,
 };
 
 /* Register [addr, addr+len) with the context. Only regions meant as a
@@ -308,7 +312,7 @@ int wimm_conn_close(struct wimm_conn **c, int timeout_ms);
 /* What the peer exposed and what this side may still post. */
 struct wimm_conn_info {
 	size_t peer_window_len;	     /* 0: the peer exposes no window */
-	unsigned peer_window_access; /* WIMM_REMOTE_WRITE / _READ */
+	unsigned peer_window_access; /* WIMM_REMOTE_WRITE / _READ / _ATOMIC */
 	uint32_t peer_rx_depth;	     /* initial credits */
 	uint32_t peer_recv_size;     /* per-buffer bytes for send_imm */
 	uint32_t credits;	     /* doorbells we may post right now */
@@ -358,6 +362,8 @@ enum wimm_op {
 	WIMM_OP_WRITE = 2,
 	WIMM_OP_SEND_IMM = 3,
 	WIMM_OP_READ = 4,
+	WIMM_OP_FETCH_ADD = 5, /* wimm_fetch_add */
+	WIMM_OP_CMP_SWAP = 6,  /* wimm_cmp_swap */
 };
 
 enum wimm_op_flags {
@@ -404,6 +410,33 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
  * read is always signaled. Errors as write (PERM if not readable). */
 int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
 	      unsigned flags);
+
+/* Atomics on one 64-bit word of the peer's window, the word at dst_off
+ * (8-byte aligned in the peer's memory), in the peer's byte order. The
+ * word's value before the operation is stored into result[result_off..+8)
+ * (8-byte aligned, a region of this context); the completion is one
+ * WIMM_EV_SEND_DONE (op FETCH_ADD / CMP_SWAP, len 8), always signaled as a
+ * read is. No doorbell, no credit: the peer sees nothing but the word.
+ * Atomicity holds against the other atomics of the fabric on that word,
+ * from any connection; not against the peer's CPU stores or against plain
+ * writes (verbs devices with atomic_cap IBV_ATOMIC_HCA promise no more).
+ *
+ * wimm_fetch_add adds `add` (modulo 2^64); wimm_cmp_swap stores `swap`
+ * when the word equals `compare` (the result says whether it did: it is
+ * `compare` then).
+ *
+ * Errors, each with nothing posted: INVAL (NULL connection, bad flags,
+ * result not of this context, a target or result not 8-byte aligned),
+ * LOCAL_BOUNDS (result range outside result), NOWINDOW, BOUNDS (the word
+ * outside the peer's window, also enforced by the peer's transport where
+ * it checks ranges), PERM (the peer's window lacks WIMM_REMOTE_ATOMIC),
+ * NOTSUP (the fabric has no 64-bit atomics, e.g. libfabric tcp's MSG
+ * endpoints: wimm_provider_error and the log hook say why), AGAIN (send
+ * queue full), DISCONNECTED, PROVIDER. */
+int wimm_fetch_add(struct wimm_conn *c, struct wimm_mr *result, size_t result_off, size_t dst_off,
+		   uint64_t add, unsigned flags);
+int wimm_cmp_swap(struct wimm_conn *c, struct wimm_mr *result, size_t result_off, size_t dst_off,
+		  uint64_t compare, uint64_t swap, unsigned flags);
 
 /* ----------------------------------------------------------------- events */
 

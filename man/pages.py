@@ -4,7 +4,7 @@
     pages.py build SRC_DIR OUT_DIR        scdoc every *.N.scd into OUT_DIR/manN/,
                                           and a symlink for every other name of its
                                           NAME line
-    pages.py coverage HEADER... SRC_DIR   every function and type of the headers has
+    pages.py coverage SRC_DIR HEADER...   every function and type of the headers has
                                           a page (is named in a NAME line), and no
                                           page names a function the headers lack
     pages.py render OUT_DIR               every built page and link renders with
@@ -78,15 +78,15 @@ def header_api(header):
     return functions, types
 
 
-def coverage(headers, src_dir):
+def coverage(src_dir, headers):
     functions, types = set(), set()
-    for h in headers:
-        f, t = header_api(h)
+    for header in headers:
+        f, t = header_api(header)
+        if not f:
+            raise SystemExit(f"{header}: found no functions (is the parser still right?)")
         functions |= f
         types |= t
-    header = " + ".join(headers)
-    if not functions:
-        raise SystemExit(f"{header}: found no functions (is the parser still right?)")
+    header = " or ".join(os.path.basename(h) for h in headers)
     named = {}
     problems = []
     for path, page, section in sources(src_dir):
@@ -141,7 +141,7 @@ def main(argv):
         build(argv[2], argv[3])
         return 0
     if len(argv) >= 4 and argv[1] == "coverage":
-        return coverage(argv[2:-1], argv[-1])
+        return coverage(argv[2], argv[3:])
     if len(argv) == 3 and argv[1] == "render":
         return render(argv[2])
     print(__doc__, file=sys.stderr)

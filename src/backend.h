@@ -42,6 +42,9 @@
 
 struct wimm_handshake;
 
+/* Every remote access bit of enum wimm_access. */
+#define WIMM_REMOTE_ALL (WIMM_REMOTE_WRITE | WIMM_REMOTE_READ | WIMM_REMOTE_ATOMIC)
+
 /* The backend's view of a registered region. */
 struct wimm_bmr {
 	void *addr;
@@ -70,9 +73,18 @@ struct wimm_wr {
 	uint64_t raddr;		    /* remote address (write/read) */
 	uint64_t rkey;		    /* remote key (write/read) */
 	uint32_t imm;		    /* host order (WRITE_IMM / SEND_IMM) */
-	int signal;		    /* report success as WIMM_CQE_SEND_DONE */
-	int internal;		    /* core's credit / heartbeat write: may use sq_reserve */
-	uint64_t op_seq;	    /* echoed in the completion */
+	/* FETCH_ADD: the addend; CMP_SWAP: the value stored on a match.
+	 * `local` then is the 8-byte result, raddr 8-byte aligned. */
+	uint64_t operand;
+	uint64_t compare; /* CMP_SWAP: the value the word must hold */
+	int signal;	  /* report success as WIMM_CQE_SEND_DONE */
+	int internal;	  /* core's credit / heartbeat write: may use sq_reserve */
+	/* Complete only once the bytes are placed at the peer, not when they
+	 * left (the graceful close's fence: on a stream transport the peer
+	 * may otherwise lose what is still in its socket when we go). RC
+	 * completions already mean that. */
+	int delivered;
+	uint64_t op_seq;  /* echoed in the completion */
 };
 
 enum wimm_cqe_kind {
@@ -166,7 +178,7 @@ static inline void wimm_signal_posted(struct wimm_signal_policy *p, int signaled
 }
 
 struct wimm_backend_ops {
-	const char *scheme; /* "ofi", "verbs" */
+	const char *scheme; /* "ofi", "verbs", "ipc" */
 
 	/* Open the fabric named by `spec` (the URI after "scheme:", may be
 	 * ""). cq_budget: completions that may be outstanding over all
@@ -248,6 +260,12 @@ struct wimm_backend_ops {
 	void (*conn_delete)(void *bconn);
 
 	int (*post)(void *bconn, const struct wimm_wr *wr);
+	/* Optional: post a FETCH_ADD or CMP_SWAP (on 64-bit words, already
+	 * checked for bounds, alignment and the peer's permission), with the
+	 * contract of post(); its success is a SEND_DONE like a read's. Where
+	 * the fabric has no such atomics: NOTSUP, with the provider error set
+	 * to say why. NULL: the backend has none (the core says NOTSUP). */
+	int (*post_atomic)(void *bconn, const struct wimm_wr *wr);
 	/* Hand `n` consumed receive slots (oldest first) back to the
 	 * receive queue; post them in one batch. */
 	int (*rx_release)(void *bconn, uint32_t n);
@@ -268,6 +286,9 @@ extern const struct wimm_backend_ops wimm_ofi_ops;
 #endif
 #ifdef WIMM_HAVE_VERBS
 extern const struct wimm_backend_ops wimm_verbs_ops;
+#endif
+#ifdef WIMM_HAVE_IPC
+extern const struct wimm_backend_ops wimm_ipc_ops;
 #endif
 
 /* Core services for backends. */

@@ -20,10 +20,14 @@
 #define CLI_DEFAULT_TIMEOUT_S 30
 #define CLI_PINGPONG_ITERS 10000u
 #define CLI_RATE_ITERS 100000u
+#define CLI_BULK_ITERS 3u
+#define CLI_BULK_SIZE (64u << 20)
+#define CLI_BULK_CHUNK (64u << 10)
 
 enum bench_mode {
 	BENCH_PINGPONG,
 	BENCH_RATE,
+	BENCH_BULK, /* one large transfer in chunks (bulk.c) */
 };
 
 /* How the receiver learns that a message has arrived (the source article
@@ -33,6 +37,9 @@ enum bench_op {
 	OP_WRITE_SEND, /* plain write, then a 0-byte send-with-imm as doorbell */
 	OP_SEND_IMM,   /* two-sided send into a pre-posted receive buffer */
 	OP_WRITE_POLL, /* plain write; the receiver polls its last byte */
+	/* plain write, then a fetch-and-add of 1 on a signal word the
+	 * receiver polls (NCCL's GPU-initiated networking on InfiniBand) */
+	OP_WRITE_ATOMIC,
 };
 
 struct bench_opts {
@@ -51,12 +58,16 @@ struct bench_opts {
 	uint32_t depth;
 	int timeout_ms; /* longest silence from the peer; -1: wait forever */
 	int timeout_given;
-	const char *host; /* NULL: server */
+	const char *host;  /* NULL: server */
+	double pace_per_s; /* rate: offered messages per second; 0: as fast as credits allow */
+	size_t chunk;	   /* bulk: bytes per write */
+	int notify_each;   /* bulk: a doorbell per chunk; 0: plain writes, one doorbell last */
 };
 
 /* ------------------------------------------------------------ options.c */
 
 const char *bench_op_name(enum bench_op op);
+const char *bench_mode_name(enum bench_mode mode);
 const char *bench_wait_name(enum wimm_wait_mode mode);
 /* Every command and flag with its default (wimm --help). */
 void cli_usage(FILE *f);
@@ -70,10 +81,26 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 
 #define EP_BACKLOG 256
 
+/* CPU time the receiver spent over the timed part of a run: getrusage of the
+ * process (of the thread with --self), so it counts the provider's threads. */
+struct rx_cpu {
+	int measured;
+	double user_s;
+	double sys_s;
+	uint32_t doorbells; /* the notifications it waited for meanwhile */
+};
+
 /* One side of a benchmark: a context of its own (contexts are
  * single-threaded), a receive window, a source buffer and the events polled
  * but not yet consumed. */
 struct endpoint {
+	/* --self puts the server's endpoint and the client's next to each other
+	 * in the heap: a cache line of padding at each end keeps the two
+	 * threads' hot fields (opts and ctx at the front, the backlog counters
+	 * at the back) off each other's lines whatever the fields in between
+	 * (measured on ofi:shm: a field added in the middle cost write_imm
+	 * 0.1 us of a 0.8 us pingpong). */
+	char pad_front[64];
 	const struct bench_opts *opts;
 	const char *role; /* "server" / "client", for messages */
 	struct wimm_ctx *ctx;
@@ -84,6 +111,10 @@ struct endpoint {
 	uint32_t sq_depth;
 	struct wimm_mr *window_mr;
 	struct wimm_mr *source_mr;
+	uint64_t *result; /* write_atomic: where fetch-and-add leaves the old word */
+	struct wimm_mr *result_mr;
+	size_t signal_off;     /* write_atomic: the signal word in the window */
+	uint64_t atomics_done; /* write_atomic: completions of our adds, reaped */
 	struct wimm_listener *listener;
 	struct wimm_conn *conn;
 	struct wimm_event backlog[EP_BACKLOG];
@@ -94,6 +125,8 @@ struct endpoint {
 	int peer_gone;
 	int peer_gone_status;
 	int allow_disconnect;
+	struct rx_cpu cpu; /* the receiver's CPU over the timed part (rate, bulk) */
+	char pad_back[64];
 };
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -125,6 +158,9 @@ void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_of
 	     uint32_t imm, unsigned flags);
 /* Spin until window[off] == want, driving progress. */
 void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want);
+/* Spin until the 64-bit word at window[off] == want (a larger value ends
+ * the process: a count went wrong), driving progress. */
+void ep_wait_word(struct endpoint *ep, size_t off, uint64_t want);
 /* At the end of a run, where a departing peer is no failure: the next
  * event, or 0 if the peer has left. */
 int ep_last_event(struct endpoint *ep, struct wimm_event *out);
@@ -148,6 +184,9 @@ void msg_finish_server(struct endpoint *ep);
  * the last one carries a flag of its own, the one the receiver waits for. */
 void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round);
 void msg_receive_poll_round(struct endpoint *ep, uint32_t round);
+/* write_atomic in rate mode: the receiver waits for the signal word to
+ * count every message up to `upto`. */
+void msg_receive_atomic_upto(struct endpoint *ep, uint32_t upto);
 
 /* ------------------------------------------------- pingpong.c / rate.c */
 
@@ -155,13 +194,27 @@ struct bench_result {
 	char fabric[64];
 	uint32_t count;
 	uint64_t elapsed_ns;
-	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration */
+	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration; bulk: per transfer */
+	struct rx_cpu rx; /* --self: the server thread's CPU */
 };
 
 void pingpong_server(struct endpoint *ep);
 void pingpong_client(struct endpoint *ep, struct bench_result *res);
 void rate_server(struct endpoint *ep);
 void rate_client(struct endpoint *ep, struct bench_result *res);
+/* Start and stop the receiver's CPU clock around its timed part. */
+void rx_cpu_start(const struct endpoint *ep, struct rx_cpu *mark);
+void rx_cpu_stop(struct endpoint *ep, const struct rx_cpu *mark, uint32_t doorbells);
+/* The receiver's CPU as one JSON object on stdout (a server run with --json). */
+void rx_cpu_report(const struct endpoint *ep);
+
+/* ------------------------------------------------------------- bulk.c */
+
+/* One transfer of -s bytes in --chunk writes, then the receiver's single
+ * acknowledgement; -n timed transfers after -w untimed ones. */
+void bulk_server(struct endpoint *ep);
+void bulk_client(struct endpoint *ep, struct bench_result *res);
+void bulk_report(const struct bench_opts *opts, const struct bench_result *res);
 
 /* ------------------------------------------------------------ selfaddr.c */
 

@@ -80,6 +80,10 @@ static const char *advice_for(int err)
 	case WIMM_E_BOUNDS:
 	case WIMM_E_NOWINDOW:
 		return "run both ends with the same -o and -s";
+	case WIMM_E_NOTSUP:
+	case WIMM_E_PERM:
+		return "write_atomic needs a fabric with atomics (ofi:shm, verbs:<device>) and"
+		       " both ends run with -o write_atomic";
 	case WIMM_E_PROVIDER:
 		return "the provider's message above says what failed (a port in use: pick"
 		       " another -p; permission denied: run as root or raise ulimit -l)";
@@ -124,6 +128,10 @@ static const char *wimm_op_name(enum wimm_op op)
 		return "send_imm";
 	case WIMM_OP_READ:
 		return "read";
+	case WIMM_OP_FETCH_ADD:
+		return "fetch_add";
+	case WIMM_OP_CMP_SWAP:
+		return "cmp_swap";
 	}
 	return "operation";
 }
@@ -151,6 +159,7 @@ static uint32_t recv_size_for(const struct bench_opts *opts)
 		return 1;
 	case OP_WRITE_IMM:
 	case OP_WRITE_POLL:
+	case OP_WRITE_ATOMIC:
 		break;
 	}
 	return 0;
@@ -203,13 +212,27 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 
 	ep->window_len = opts->size > MIN_BUFFER ? opts->size : MIN_BUFFER;
 	ep->slot_len = ep->window_len;
+	/* write_atomic: the signal word in a cache line of its own after the
+	 * data, so the receiver's polling does not share a line with it. */
+	ep->signal_off = (opts->size + 63) / 64 * 64;
+	if (opts->op == OP_WRITE_ATOMIC)
+		ep->window_len = ep->signal_off + 64;
 	ep->window = alloc_buffer(ep->window_len);
 	ep->source = alloc_buffer(2 * ep->slot_len);
 	/* A recognisable payload; write_poll overwrites only the flag byte. */
 	for (size_t i = 0; i < 2 * ep->slot_len; i++)
 		ep->source[i] = (unsigned char)(i & 0x7f);
 
-	rc = wimm_mr_reg(ep->ctx, ep->window, ep->window_len, WIMM_REMOTE_WRITE, &ep->window_mr);
+	unsigned window_access = WIMM_REMOTE_WRITE;
+	if (opts->op == OP_WRITE_ATOMIC) {
+		window_access |= WIMM_REMOTE_ATOMIC;
+		ep->result = alloc_buffer(sizeof(*ep->result));
+		rc = wimm_mr_reg(ep->ctx, ep->result, sizeof(*ep->result), WIMM_LOCAL,
+				 &ep->result_mr);
+		if (rc < 0)
+			cli_fail(ep->ctx, rc, "%s: register the atomic result word", role);
+	}
+	rc = wimm_mr_reg(ep->ctx, ep->window, ep->window_len, window_access, &ep->window_mr);
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: register the %zu-byte window", role, ep->window_len);
 	rc = wimm_mr_reg(ep->ctx, ep->source, 2 * ep->slot_len, WIMM_LOCAL, &ep->source_mr);
@@ -250,6 +273,11 @@ static void check_peer(const struct endpoint *ep)
 	if (writes && size > 0 && info.peer_window_len < size)
 		cli_die("%s: the peer's window has %zu bytes, -s is %zu (same -s on both ends?)",
 			ep->role, info.peer_window_len, size);
+	if (op == OP_WRITE_ATOMIC && (info.peer_window_len < ep->signal_off + sizeof(uint64_t) ||
+				      !(info.peer_window_access & WIMM_REMOTE_ATOMIC)))
+		cli_die("%s: the peer's window has no signal word for write_atomic (same -o and -s"
+			" on both ends?)",
+			ep->role);
 	if ((op == OP_SEND_IMM || op == OP_WRITE_SEND) &&
 	    info.peer_recv_size < recv_size_for(ep->opts))
 		cli_die("%s: the peer posts %u-byte receive buffers, %s needs %u (same -o and -s"
@@ -333,6 +361,8 @@ void ep_close(struct endpoint *ep)
 	rc = wimm_mr_dereg(&ep->window_mr);
 	if (rc == 0)
 		rc = wimm_mr_dereg(&ep->source_mr);
+	if (rc == 0)
+		rc = wimm_mr_dereg(&ep->result_mr);
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: deregister memory", ep->role);
 	rc = wimm_ctx_close(&ep->ctx);
@@ -340,8 +370,10 @@ void ep_close(struct endpoint *ep)
 		cli_fail(NULL, rc, "%s: close the context", ep->role);
 	free(ep->window);
 	free(ep->source);
+	free(ep->result);
 	ep->window = NULL;
 	ep->source = NULL;
+	ep->result = NULL;
 }
 
 static _Noreturn void fail_event(const struct endpoint *ep, const struct wimm_event *ev)
@@ -398,9 +430,16 @@ static int fetch_events(struct endpoint *ep, int wait)
 		case WIMM_EV_ESTABLISHED:
 		case WIMM_EV_COUNT:
 			break;
+		case WIMM_EV_SEND_DONE:
+			/* write_atomic's adds: always signaled, awaited by no one
+			 * (the peer's word says the message arrived). */
+			if (dst[i].op == WIMM_OP_FETCH_ADD) {
+				ep->atomics_done++;
+				break;
+			}
+			/* fall through */
 		case WIMM_EV_WRITE_IMM:
 		case WIMM_EV_SEND_IMM:
-		case WIMM_EV_SEND_DONE:
 			if (!ep->peer_gone)
 				dst[kept++] = dst[i];
 			break;
@@ -489,7 +528,11 @@ static int post_once(struct endpoint *ep, enum wimm_op op, size_t src_off, size_
 		return wimm_write(ep->conn, ep->source_mr, src_off, dst_off, len, flags);
 	case WIMM_OP_SEND_IMM:
 		return wimm_send_imm(ep->conn, ep->source_mr, src_off, len, imm, flags);
+	case WIMM_OP_FETCH_ADD:
+		/* write_atomic's signal: add 1 to the peer's signal word. */
+		return wimm_fetch_add(ep->conn, ep->result_mr, 0, dst_off, 1, flags);
 	case WIMM_OP_READ:
+	case WIMM_OP_CMP_SWAP:
 		break;
 	}
 	return WIMM_E_INVAL;
@@ -519,13 +562,32 @@ void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_of
 	}
 }
 
-void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want)
+/* Has the window at off reached want? (The fabric writes it behind the
+ * compiler's back.) */
+typedef int (*window_reached_fn)(const struct endpoint *ep, size_t off, uint64_t want);
+
+static int byte_reached(const struct endpoint *ep, size_t off, uint64_t want)
 {
-	/* The fabric writes this byte behind the compiler's back. */
-	const volatile unsigned char *flag = ep->window + off;
+	return *(const volatile unsigned char *)(ep->window + off) == (unsigned char)want;
+}
+
+static int word_reached(const struct endpoint *ep, size_t off, uint64_t want)
+{
+	uint64_t v =
+	    __atomic_load_n((const uint64_t *)(const void *)(ep->window + off), __ATOMIC_RELAXED);
+	if (v > want)
+		cli_die("%s: the signal word counts %llu messages where %llu were due (same -o on"
+			" both ends?)",
+			ep->role, (unsigned long long)v, (unsigned long long)want);
+	return v == want;
+}
+
+static void wait_window(struct endpoint *ep, size_t off, uint64_t want, window_reached_fn reached,
+			const char *what)
+{
 	uint64_t silent_since = 0;
 	unsigned spins = 0;
-	while (*flag != want) {
+	while (!reached(ep, off, want)) {
 		/* libfabric's tcp provider moves bytes only inside calls. */
 		int rc = wimm_progress(ep->ctx);
 		if (rc < 0)
@@ -533,13 +595,23 @@ void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want)
 		if (++spins % SPINS_PER_CLOCK_CHECK == 0) {
 			/* Now and then look for errors and a departed peer. */
 			fetch_events(ep, 0);
-			if (*flag == want)
+			if (reached(ep, off, want))
 				break;
 			if (ep->peer_gone)
-				fail_peer_gone(ep, "the flag byte");
-			check_silence(ep, &silent_since, "the flag byte");
+				fail_peer_gone(ep, what);
+			check_silence(ep, &silent_since, what);
 		}
 	}
 	/* Reads of the payload must not be served from before the flag. */
 	atomic_thread_fence(memory_order_acquire);
+}
+
+void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want)
+{
+	wait_window(ep, off, want, byte_reached, "the flag byte");
+}
+
+void ep_wait_word(struct endpoint *ep, size_t off, uint64_t want)
+{
+	wait_window(ep, off, want, word_reached, "the signal word");
 }

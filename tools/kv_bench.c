@@ -1,41 +1,39 @@
-/* `wimm kv bench`: put and get latency (p50/p99) and throughput of the kv
- * slot pool with 1 and 8 clients and values of 64 B, 1 KiB and 16 KiB,
- * against redis-server + redis-benchmark on the same machine in the same
- * run, in interleaved rounds, and against the second wimm design (puts as
- * send_imm into the server's receive buffers, copied into a slot).
+/* `wimm kv bench`: put and get latency (p50/p99/p99.9) and throughput of
+ * the kv slot pool with 1, 8 and 64 clients, values of 64 B .. 256 KiB,
+ * uniform and zipfian keys, against redis-server on the same machine in the
+ * same run, in interleaved rounds, and against the second wimm design
+ * (puts as send_imm into the server's receive buffers, copied into a slot).
  *
- * The kv server runs in a child process, each client in a child of its own
- * (contexts are per process here: shm's provider state is not thread-safe
- * within one). Clients connect, wait for the start, then time each put of
- * KEYS keys (cycled) and then each get. Redis gets the same value size,
- * client count, operation count and key space (-r).
+ * Every client is a process of its own (contexts are per process here:
+ * shm's provider state is not thread-safe within one). A client connects,
+ * waits for the start, times each put of its key sequence, then each get.
+ * The three stores (wimm write_imm, wimm send_imm, Redis through a RESP
+ * client) run exactly the same key sequences with the same timing code;
+ * redis-benchmark, Debian's own tool, is shown beside them for uniform keys
+ * (it has no other distribution and prints no p99.9).
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "kv_bench.h"
 #include "kv_cmd.h"
 
-#define KEYS 200
-#define NSIZES 3
-#define NCLIENTS 2
-#define NDESIGNS 3
 #define MAX_ROUNDS 20
+#define MAX_LIST 8
+#define MAX_CLIENTS 128
 
-static const size_t sizes[NSIZES] = {64, 1024, 16384};
-static const int clients[NCLIENTS] = {1, 8};
-enum { D_WRITE_IMM, D_SEND_IMM, D_REDIS };
-static unsigned spin_flags; /* --spin: WIMM_CTX_POLLING everywhere */
-static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "redis"};
+enum { D_WRITE_IMM, D_SEND_IMM, D_REDIS, D_REDIS_BENCHMARK, NDESIGNS };
+static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "redis",
+					    "redis-benchmark"};
 
 static uint64_t now_ns(void)
 {
@@ -44,83 +42,205 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* One configuration's results over all rounds. */
-struct cell {
-	double put_p50[MAX_ROUNDS], put_p99[MAX_ROUNDS], put_rate[MAX_ROUNDS];
-	double get_p50[MAX_ROUNDS], get_p99[MAX_ROUNDS], get_rate[MAX_ROUNDS];
-	int n;
-};
+/* ------------------------------------------------------------ key sequence */
 
-static int cmp_u32(const void *a, const void *b)
+static uint64_t xorshift(uint64_t *s)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
 }
 
-static int cmp_dbl(const void *a, const void *b)
+int kvb_keys_init(struct kvb_keys *k, uint32_t n, int zipf, uint64_t seed)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	if (n == 0)
+	*k = (struct kvb_keys){.n = n, .rng = 0x9e3779b97f4a7c15ull * (seed + 1)};
+	if (!zipf)
 		return 0;
-	double t[MAX_ROUNDS];
-	memcpy(t, v, sizeof(double) * (size_t)n);
-	qsort(t, (size_t)n, sizeof(double), cmp_dbl);
-	return t[n / 2];
+	k->cdf = malloc(sizeof(double) * n);
+	if (!k->cdf)
+		return -1;
+	double sum = 0;
+	for (uint32_t i = 0; i < n; i++)
+		sum += 1.0 / pow(i + 1.0, 0.99);
+	double acc = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		acc += 1.0 / pow(i + 1.0, 0.99) / sum;
+		k->cdf[i] = acc;
+	}
+	return 0;
 }
 
-/* ---------------------------------------------------------- wimm side */
+uint32_t kvb_keys_next(struct kvb_keys *k)
+{
+	uint64_t x = xorshift(&k->rng);
+	if (!k->cdf)
+		return (uint32_t)(x % k->n);
+	double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
+	uint32_t lo = 0, hi = k->n - 1;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (k->cdf[mid] > u)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
 
-/* A client: connect, say ready, wait for go, time OPS puts then OPS gets,
- * write the latencies (u32 ns) and both phase times to the pipe. */
-static int bench_client(const char *fabric, const char *addr, int id, size_t size, uint32_t ops,
-			int design, int rep_fd, int go_fd)
+void kvb_keys_fini(struct kvb_keys *k)
+{
+	free(k->cdf);
+	k->cdf = NULL;
+}
+
+/* ------------------------------------------------------- the wimm stores */
+
+static int wimm_open(void **h, const char *addr, const struct kvb_workload *w)
 {
 	struct wimm_kv_client_attr ca = {
-	    .fabric = fabric, .ctx_flags = spin_flags, .timeout_ms = 20000};
-	struct wimm_kv_client *c;
-	uint32_t *lat = malloc(sizeof(uint32_t) * ops * 2);
-	unsigned char *v = malloc(size), *g = malloc(size);
-	char key[32], byte;
+	    .fabric = w->fabric, .ctx_flags = w->flags, .timeout_ms = 30000};
+	return wimm_kv_connect(addr, &ca, (struct wimm_kv_client **)h);
+}
+
+static int wimm_put_grant(void *h, const char *key, size_t klen, const void *v, size_t len)
+{
+	return wimm_kv_put(h, key, klen, v, len, 0);
+}
+
+static int wimm_put_send(void *h, const char *key, size_t klen, const void *v, size_t len)
+{
+	return wimm_kv_put_send(h, key, klen, v, len, 0);
+}
+
+static int wimm_get(void *h, const char *key, size_t klen, void *buf, size_t cap)
+{
 	size_t len;
+	int rc = wimm_kv_get(h, key, klen, buf, cap, &len);
+	return rc == WIMM_KV_E_NOTFOUND ? 1 : rc;
+}
+
+static int wimm_idle(void *h)
+{
+	return wimm_kv_client_poll(h);
+}
+
+static void wimm_close(void *h)
+{
+	struct wimm_kv_client *c = h;
+	wimm_kv_close(&c);
+}
+
+static const struct kvb_store store_write_imm = {.name = "wimm write_imm",
+						 .open = wimm_open,
+						 .put = wimm_put_grant,
+						 .get = wimm_get,
+						 .idle = wimm_idle,
+						 .close = wimm_close,
+						 .error = wimm_kv_strerror};
+static const struct kvb_store store_send_imm = {.name = "wimm send_imm",
+						.open = wimm_open,
+						.put = wimm_put_send,
+						.get = wimm_get,
+						.idle = wimm_idle,
+						.close = wimm_close,
+						.error = wimm_kv_strerror};
+static const struct kvb_store *const stores[] = {&store_write_imm, &store_send_imm,
+						 &kvb_redis_store};
+
+/* ------------------------------------------------------------ a client */
+
+/* Keys of client `id`: every clients-th key from id on. */
+static uint32_t own_keys(const struct kvb_workload *w, int id)
+{
+	return (w->keys - (uint32_t)id + (uint32_t)w->clients - 1) / (uint32_t)w->clients;
+}
+
+static int key_name(char *key, size_t len, uint32_t k)
+{
+	return snprintf(key, len, "key:%012u", k);
+}
+
+/* Wait for the start, keeping the connections alive meanwhile: with many
+ * clients on a loaded host the last may be ready only after the first's
+ * liveness bound (the server would drop it as silent). */
+static int wait_go(const struct kvb_store *st, void *h, int go_fd)
+{
+	struct pollfd p = {.fd = go_fd, .events = POLLIN};
+	char byte;
+	for (;;) {
+		int r = poll(&p, 1, 200);
+		if (r > 0)
+			return read(go_fd, &byte, 1) == 1 ? 0 : -1;
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (st->idle && st->idle(h) < 0)
+			return -1;
+	}
+}
+
+/* Connect; put every key of its own once (untimed: a get then never misses
+ * on any store); say ready, wait for go; time w->ops puts of its own keys;
+ * say so, wait for go again; time w->ops gets over all keys; write both phase times and the
+ * latencies (u32 ns) to the pipe. */
+static int bench_client(const struct kvb_store *st, const char *addr, const struct kvb_workload *w,
+			int id, int rep_fd, int go_fd)
+{
+	uint32_t *lat = malloc(sizeof(uint32_t) * w->ops * 2), own = own_keys(w, id);
+	unsigned char *v = malloc(w->size), *g = malloc(w->size);
+	struct kvb_keys keys[2] = {{0}, {0}};
+	char key[32];
 	uint64_t phase[2];
-	int rc = lat && v && g ? wimm_kv_connect(addr, &ca, &c) : WIMM_E_NOMEM;
+	void *h;
+	int rc = lat && v && g && own && kvb_keys_init(&keys[0], own, w->zipf, (uint64_t)id) == 0 &&
+			 kvb_keys_init(&keys[1], w->keys, w->zipf, (uint64_t)id + 1000) == 0
+		     ? st->open(&h, addr, w)
+		     : -1;
 	if (rc < 0) {
-		fprintf(stderr, "wimm kv bench: client %d: %s\n", id, wimm_kv_strerror(rc));
+		fprintf(stderr, "wimm kv bench: %s client %d: %s\n", st->name, id, st->error(rc));
 		return 1;
 	}
-	memset(v, 'a' + id, size);
-	if (write(rep_fd, "r", 1) != 1 || read(go_fd, &byte, 1) != 1)
+	memset(v, 'a' + id % 26, w->size);
+	for (uint32_t r = 0; r < own && rc >= 0; r++) {
+		int klen = key_name(key, sizeof(key), r * (uint32_t)w->clients + (uint32_t)id);
+		rc = st->put(h, key, (size_t)klen, v, w->size);
+	}
+	if (rc < 0 || write(rep_fd, "r", 1) != 1 || wait_go(st, h, go_fd) < 0) {
+		fprintf(stderr, "wimm kv bench: %s client %d: preload: %s\n", st->name, id,
+			st->error(rc));
 		return 1;
+	}
 	for (int p = 0; p < 2; p++) {
+		/* Every client's puts end before any get starts: an overwrite
+		 * while others read waits for their leases, and with too many
+		 * of them the arena would evict (a miss no Redis run has). */
+		if (p == 1 && (write(rep_fd, "p", 1) != 1 || wait_go(st, h, go_fd) < 0))
+			return 1;
 		uint64_t t0 = now_ns();
-		for (uint32_t i = 0; i < ops; i++) {
-			snprintf(key, sizeof(key), "b%d_%u", id, i % KEYS);
+		for (uint32_t i = 0; i < w->ops; i++) {
+			uint32_t r = kvb_keys_next(&keys[p]);
+			int klen = key_name(key, sizeof(key),
+					    p == 0 ? r * (uint32_t)w->clients + (uint32_t)id : r);
 			uint64_t s = now_ns();
-			if (p == 0 && design == D_WRITE_IMM)
-				rc = wimm_kv_put(c, key, strlen(key), v, size, 0);
-			else if (p == 0)
-				rc = wimm_kv_put_send(c, key, strlen(key), v, size, 0);
-			else
-				rc = wimm_kv_get(c, key, strlen(key), g, size, &len);
-			if (rc < 0) {
-				fprintf(stderr, "wimm kv bench: client %d: %s %s: %s\n", id,
-					p ? "get" : "put", key, wimm_kv_strerror(rc));
+			rc = p == 0 ? st->put(h, key, (size_t)klen, v, w->size)
+				    : st->get(h, key, (size_t)klen, g, w->size);
+			if (rc != 0) {
+				fprintf(stderr, "wimm kv bench: %s client %d: %s %s: %s\n",
+					st->name, id, p ? "get" : "put", key,
+					rc > 0 ? "a miss" : st->error(rc));
 				return 1;
 			}
-			lat[p * ops + i] = (uint32_t)(now_ns() - s);
+			lat[p * w->ops + i] = (uint32_t)(now_ns() - s);
 		}
 		phase[p] = now_ns() - t0;
 	}
-	size_t bytes = sizeof(uint32_t) * ops * 2;
+	size_t bytes = sizeof(uint32_t) * w->ops * 2;
 	if (write(rep_fd, phase, sizeof(phase)) != sizeof(phase) ||
 	    write(rep_fd, lat, bytes) != (ssize_t)bytes)
 		return 1;
-	wimm_kv_close(&c);
+	st->close(h);
+	kvb_keys_fini(&keys[0]);
+	kvb_keys_fini(&keys[1]);
 	return 0;
 }
 
@@ -136,11 +256,29 @@ static int read_full(int fd, void *buf, size_t len)
 	return 0;
 }
 
-static int run_wimm(const char *fabric, const char *addr, size_t size, int nc, uint32_t ops,
-		    int design, struct cell *cell)
+static int cmp_u32(const void *a, const void *b)
 {
-	int rep[8][2], go[2], fails = 0;
-	pid_t pid[8];
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Percentiles of n sorted latencies (ns) in us. */
+static void phase_stats(uint32_t *lat, size_t n, double rate, struct kvb_phase_stats *out)
+{
+	qsort(lat, n, sizeof(uint32_t), cmp_u32);
+	*out = (struct kvb_phase_stats){.p50 = lat[n / 2] / 1e3,
+					.p99 = lat[n * 99 / 100] / 1e3,
+					.p999 = lat[n * 999 / 1000] / 1e3,
+					.rate = rate};
+}
+
+/* Fork w->clients clients of store st, start them together, gather. */
+static int run_clients(const struct kvb_store *st, const char *addr, const struct kvb_workload *w,
+		       struct kvb_phase_stats out[2])
+{
+	static int rep[MAX_CLIENTS][2];
+	static pid_t pid[MAX_CLIENTS];
+	int go[2], fails = 0, nc = w->clients;
 	if (pipe(go) < 0)
 		return -1;
 	fflush(stdout);
@@ -153,7 +291,7 @@ static int run_wimm(const char *fabric, const char *addr, size_t size, int nc, u
 		if (pid[i] == 0) {
 			close(rep[i][0]);
 			close(go[1]);
-			_exit(bench_client(fabric, addr, i, size, ops, design, rep[i][1], go[0]));
+			_exit(bench_client(st, addr, w, i, rep[i][1], go[0]));
 		}
 		close(rep[i][1]);
 	}
@@ -162,171 +300,84 @@ static int run_wimm(const char *fabric, const char *addr, size_t size, int nc, u
 	for (int i = 0; i < nc; i++)
 		if (read(rep[i][0], &byte, 1) != 1)
 			fails++;
-	for (int i = 0; i < nc && !fails; i++)
-		if (write(go[1], "g", 1) != 1)
-			fails++;
-	uint32_t *all = malloc(sizeof(uint32_t) * ops * 2 * (size_t)nc);
+	/* Go, then the same again after every client's put phase. */
+	for (int phase = 0; phase < 2 && !fails; phase++) {
+		for (int i = 0; i < nc && !fails; i++)
+			if (write(go[1], "g", 1) != 1)
+				fails++;
+		for (int i = 0; i < nc && !fails && phase == 0; i++)
+			if (read(rep[i][0], &byte, 1) != 1 || byte != 'p')
+				fails++;
+	}
+	size_t n = (size_t)w->ops * (size_t)nc;
+	uint32_t *put = malloc(sizeof(uint32_t) * n), *get = malloc(sizeof(uint32_t) * n);
 	double rate[2] = {0, 0};
-	for (int i = 0; i < nc && !fails && all; i++) {
+	for (int i = 0; i < nc && !fails && put && get; i++) {
 		uint64_t phase[2];
 		if (read_full(rep[i][0], phase, sizeof(phase)) < 0 ||
-		    read_full(rep[i][0], all + (size_t)i * ops * 2, sizeof(uint32_t) * ops * 2) <
-			0) {
+		    read_full(rep[i][0], put + (size_t)i * w->ops, sizeof(uint32_t) * w->ops) < 0 ||
+		    read_full(rep[i][0], get + (size_t)i * w->ops, sizeof(uint32_t) * w->ops) < 0) {
 			fails++;
 			break;
 		}
-		rate[0] += ops / (phase[0] / 1e9);
-		rate[1] += ops / (phase[1] / 1e9);
+		rate[0] += w->ops / (phase[0] / 1e9);
+		rate[1] += w->ops / (phase[1] / 1e9);
 	}
 	close(go[1]);
 	for (int i = 0; i < nc; i++) {
-		int st;
+		int status;
 		close(rep[i][0]);
-		waitpid(pid[i], &st, 0);
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		waitpid(pid[i], &status, 0);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			fails++;
 	}
-	if (fails || !all) {
-		free(all);
-		return -1;
-	}
-	/* Split puts and gets of every client into two sorted arrays. */
-	size_t n = (size_t)ops * (size_t)nc;
-	uint32_t *put = malloc(sizeof(uint32_t) * n), *get = malloc(sizeof(uint32_t) * n);
-	for (int i = 0; put && get && i < nc; i++) {
-		memcpy(put + (size_t)i * ops, all + (size_t)i * ops * 2, sizeof(uint32_t) * ops);
-		memcpy(get + (size_t)i * ops, all + (size_t)i * ops * 2 + ops,
-		       sizeof(uint32_t) * ops);
-	}
-	if (put && get) {
-		qsort(put, n, sizeof(uint32_t), cmp_u32);
-		qsort(get, n, sizeof(uint32_t), cmp_u32);
-		int r = cell->n++;
-		cell->put_p50[r] = put[n / 2] / 1e3;
-		cell->put_p99[r] = put[n * 99 / 100] / 1e3;
-		cell->get_p50[r] = get[n / 2] / 1e3;
-		cell->get_p99[r] = get[n * 99 / 100] / 1e3;
-		cell->put_rate[r] = rate[0];
-		cell->get_rate[r] = rate[1];
+	if (!fails && put && get) {
+		phase_stats(put, n, rate[0], &out[0]);
+		phase_stats(get, n, rate[1], &out[1]);
 	}
 	free(put);
 	free(get);
-	free(all);
-	return 0;
+	return fails || !put || !get ? -1 : 0;
 }
 
-/* --------------------------------------------------------- redis side */
-
-static int free_port(void)
+/* Why the server refused or dropped a client: a failed run says why. */
+static void server_log(void *arg, enum wimm_log_level level, const char *msg)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
+	(void)arg;
+	if (level <= (getenv("KVB_DEBUG") ? WIMM_LOG_INFO : WIMM_LOG_WARN))
+		fprintf(stderr, "wimm kv bench: server: %s\n", msg);
 }
 
-static int port_open(int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-	if (fd >= 0)
-		close(fd);
-	return ok;
-}
-
-static pid_t start_redis(int port)
-{
-	char p[16];
-	snprintf(p, sizeof(p), "%d", port);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		if (!freopen("/dev/null", "w", stdout))
-			_exit(127);
-		execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save",
-		       "", "--appendonly", "no", "--daemonize", "no", (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; pid > 0 && i < 500; i++) {
-		if (port_open(port))
-			return pid;
-		if (waitpid(pid, NULL, WNOHANG) == pid)
-			return -1;
-		usleep(10000);
-	}
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, NULL, 0);
-	}
-	return -1;
-}
-
-/* "SET","rps","avg","min","p50","p95","p99","max" lines of --csv. */
-static int run_redis(int port, size_t size, int nc, uint32_t ops, struct cell *cell)
-{
-	char cmd[256], line[512];
-	double put[3] = {0}, get[3] = {0};
-	int seen = 0;
-	snprintf(cmd, sizeof(cmd),
-		 "redis-benchmark -h 127.0.0.1 -p %d -t set,get -d %zu -c %d -n %u -r %d --csv "
-		 "2>/dev/null",
-		 port, size, nc, ops * (uint32_t)nc, KEYS * nc);
-	fflush(stdout);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		double rps, avg, mn, p50, p95, p99;
-		char name[16];
-		if (sscanf(line, "\"%15[A-Z]\",\"%lf\",\"%lf\",\"%lf\",\"%lf\",\"%lf\",\"%lf\"",
-			   name, &rps, &avg, &mn, &p50, &p95, &p99) != 7)
-			continue;
-		double *d = strcmp(name, "SET") == 0 ? put : strcmp(name, "GET") == 0 ? get : NULL;
-		if (!d)
-			continue;
-		d[0] = p50 * 1e3;
-		d[1] = p99 * 1e3;
-		d[2] = rps;
-		seen++;
-	}
-	if (pclose(f) != 0 || seen != 2)
-		return -1;
-	int r = cell->n++;
-	cell->put_p50[r] = put[0];
-	cell->put_p99[r] = put[1];
-	cell->put_rate[r] = put[2];
-	cell->get_p50[r] = get[0];
-	cell->get_p99[r] = get[1];
-	cell->get_rate[r] = get[2];
-	return 0;
-}
-
-/* ---------------------------------------------------------- the bench */
-
-static pid_t start_kv(const char *fabric, char *addr, size_t alen)
+/* A kv server of its own in a child: every run starts from an empty pool,
+ * and a long-lived ofi:shm server stops taking connections after a few
+ * hundred peers have come and gone (seen here: the connect fails with a
+ * provider error). */
+static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
 {
 	int p[2];
 	if (pipe(p) < 0)
 		return -1;
+	/* An arena per client (and two spare), each holding the client's own
+	 * keys and 16 slots more for overwrites waiting for reader leases: no
+	 * eviction, so a get finds every key as on Redis. */
+	size_t slot = WIMM_KV_MIN_SLOT;
+	while (slot < w->size + WIMM_KV_HEADER)
+		slot <<= 1;
+	size_t arena = (size_t)1 << 20;
+	while (arena < (own_keys(w, 0) + 16) * slot)
+		arena <<= 1;
 	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
-		/* 10 arenas of 16 MiB: 8 clients x 200 keys of 16 KiB (32 KiB
-		 * slots) with room for overwrites waiting for leases. */
-		struct wimm_kv_server_attr a = {.fabric = fabric,
+		uint32_t sput = w->size > 16384 ? (uint32_t)w->size : 0;
+		struct wimm_kv_server_attr a = {.fabric = w->fabric,
 						.addr = "127.0.0.1:0",
-						.memory = (size_t)160 << 20,
-						.max_clients = 10,
+						.memory = arena * (size_t)(w->clients + 2),
+						.max_clients = (uint32_t)w->clients + 2,
 						.lease_ms = 100,
-						.ctx_flags = spin_flags};
+						.send_put_max = sput,
+						.ctx_flags = w->flags,
+						.log = server_log};
 		struct wimm_kv_server *s;
 		int rc = wimm_kv_server_new(&a, &s);
 		if (rc < 0) {
@@ -350,131 +401,247 @@ static pid_t start_kv(const char *fabric, char *addr, size_t alen)
 		}
 		return -1;
 	}
-	line[r] = '\0';
 	snprintf(addr, alen, "127.0.0.1:%d", atoi(line));
 	return pid;
 }
 
-/* A run against a server of its own: every run starts from an empty pool,
- * and a long-lived ofi:shm server stops taking connections after a few
- * hundred peers have come and gone (seen here: the connect fails with a
- * provider error). */
-static int run_wimm_fresh(const char *fabric, size_t size, int nc, uint32_t ops, int design,
-			  struct cell *cell)
+static int run_wimm(int design, const struct kvb_workload *w, struct kvb_phase_stats out[2])
 {
 	char addr[64];
-	pid_t kpid = start_kv(fabric, addr, sizeof(addr));
+	pid_t kpid = start_kv(w, addr, sizeof(addr));
 	if (kpid < 0) {
-		fprintf(stderr, "wimm kv bench: cannot start the kv server on %s\n", fabric);
+		fprintf(stderr, "wimm kv bench: cannot start the kv server on %s\n", w->fabric);
 		return -1;
 	}
-	int rc = run_wimm(fabric, addr, size, nc, ops, design, cell);
+	int rc = run_clients(stores[design], addr, w, out);
 	kill(kpid, SIGKILL);
 	waitpid(kpid, NULL, 0);
 	return rc;
 }
 
-static void print_table(struct cell (*cells)[NCLIENTS][NDESIGNS], int redis)
+/* ---------------------------------------------------------- the table */
+
+/* One configuration's results over all rounds. */
+struct cell {
+	struct kvb_phase_stats r[MAX_ROUNDS][2];
+	int n;
+};
+
+static int cmp_dbl(const void *a, const void *b)
 {
-	printf("\n| value | clients | design | put p50 us | put p99 us | put kops/s | get p50 us | "
-	       "get p99 us | get kops/s |%s\n",
-	       redis ? " put p50 vs redis | get p50 vs redis | put rate vs redis | get rate vs "
-		       "redis |"
-		     : "");
-	printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|%s\n",
-	       redis ? "---:|---:|---:|---:|" : "");
-	for (int s = 0; s < NSIZES; s++)
-		for (int c = 0; c < NCLIENTS; c++)
-			for (int d = 0; d < NDESIGNS; d++) {
-				struct cell *x = &cells[s][c][d], *rd = &cells[s][c][D_REDIS];
-				if (!x->n)
-					continue;
-				double v[6] = {median(x->put_p50, x->n),
-					       median(x->put_p99, x->n),
-					       median(x->put_rate, x->n) / 1e3,
-					       median(x->get_p50, x->n),
-					       median(x->get_p99, x->n),
-					       median(x->get_rate, x->n) / 1e3};
-				printf(
-				    "| %zu | %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |",
-				    sizes[s], clients[c], design_name[d], v[0], v[1], v[2], v[3],
-				    v[4], v[5]);
-				if (redis && rd->n && d != D_REDIS)
-					printf(" %.2fx | %.2fx | %.2fx | %.2fx |",
-					       v[0] / median(rd->put_p50, rd->n),
-					       v[3] / median(rd->get_p50, rd->n),
-					       v[2] * 1e3 / median(rd->put_rate, rd->n),
-					       v[5] * 1e3 / median(rd->get_rate, rd->n));
-				else if (redis)
-					printf(" | | | |");
-				printf("\n");
-			}
-	printf("\nlatency ratios: wimm / redis (below 1: wimm faster); rate ratios: wimm / "
-	       "redis (above 1: wimm more)\n");
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The median over the rounds of one figure (field offset into the stats). */
+static double median_of(const struct cell *c, int phase, size_t field)
+{
+	double t[MAX_ROUNDS];
+	if (c->n == 0)
+		return NAN;
+	for (int i = 0; i < c->n; i++)
+		t[i] = *(const double *)((const char *)&c->r[i][phase] + field);
+	qsort(t, (size_t)c->n, sizeof(double), cmp_dbl);
+	return t[c->n / 2];
+}
+
+static void print_num(double v, const char *fmt)
+{
+	if (isnan(v))
+		printf(" - |");
+	else
+		printf(fmt, v);
+}
+
+static const size_t fields[4] = {
+    offsetof(struct kvb_phase_stats, p50), offsetof(struct kvb_phase_stats, p99),
+    offsetof(struct kvb_phase_stats, p999), offsetof(struct kvb_phase_stats, rate)};
+
+static void print_row(const struct kvb_workload *w, int design, const struct cell *x,
+		      const struct cell *rd)
+{
+	double v[2][4], ref[2][4];
+	for (int p = 0; p < 2; p++)
+		for (int f = 0; f < 4; f++) {
+			v[p][f] = median_of(x, p, fields[f]);
+			ref[p][f] = median_of(rd, p, fields[f]);
+		}
+	printf("| %zu | %d | %s | %s |", w->size, w->clients, w->zipf ? "zipf" : "uniform",
+	       design_name[design]);
+	for (int p = 0; p < 2; p++) {
+		for (int f = 0; f < 3; f++)
+			print_num(v[p][f], " %.1f |");
+		print_num(v[p][3] / 1e3, " %.1f |");
+	}
+	if (design == D_WRITE_IMM || design == D_SEND_IMM) {
+		print_num(v[0][0] / ref[0][0], " %.2fx |");
+		print_num(v[1][0] / ref[1][0], " %.2fx |");
+		print_num(v[0][3] / ref[0][3], " %.2fx |");
+		print_num(v[1][3] / ref[1][3], " %.2fx |");
+	} else {
+		printf(" | | | |");
+	}
+	printf("\n");
+}
+
+/* ---------------------------------------------------------- the bench */
+
+/* "64,1K,256K" -> values; the count, or -1. */
+static int parse_list(const char *text, unsigned long long *out, unsigned long long max)
+{
+	char buf[128], *save, *tok;
+	int n = 0;
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == MAX_LIST || kv_parse_size(tok, &out[n]) < 0 || out[n] == 0 || out[n] > max)
+			return -1;
+		n++;
+	}
+	return n ? n : -1;
+}
+
+static int usage(void)
+{
+	fprintf(stderr,
+		"usage: wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] [--sizes LIST]\n"
+		"                     [--clients LIST] [--keys K] [--dist uniform|zipf|both]\n"
+		"                     [--spin] [--no-redis]\n"
+		"  -n OPS          operations per configuration and phase, split over the\n"
+		"                  clients (at least 200 each; default 8000)\n"
+		"  --sizes LIST    value bytes (default 64,1K,16K,256K)\n"
+		"  --clients LIST  client processes (default 1,8,64; at most %d)\n"
+		"  --keys K        key space (default 1000): each client puts its own share\n"
+		"                  (every N-th key), gets go over all of them\n"
+		"  --rounds R      interleaved rounds, medians reported (default 3)\n",
+		MAX_CLIENTS);
+	return 2;
 }
 
 int kv_bench(int argc, char **argv)
 {
 	const char *fabric = "ofi:tcp";
-	unsigned long long ops = 2000, rounds = 3;
-	int redis = 1;
+	unsigned long long ops = 8000, rounds = 3, keys = 1000;
+	unsigned long long sizes[MAX_LIST] = {64, 1024, 16384, 262144},
+			   clients[MAX_LIST] = {1, 8, 64};
+	int nsizes = 4, nclients = 3, dist_lo = 0, dist_hi = 1, redis = 1;
+	unsigned flags = 0;
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-f") == 0 && i + 1 < argc) {
-			fabric = argv[++i];
-		} else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-			if (kv_parse_size(argv[++i], &ops) < 0 || ops == 0 || ops > 1000000) {
-				fprintf(stderr, "wimm kv bench: -n is 1..1000000\n");
-				return 2;
-			}
-		} else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-			if (kv_parse_size(argv[++i], &rounds) < 0 || rounds == 0 ||
-			    rounds > MAX_ROUNDS) {
-				fprintf(stderr, "wimm kv bench: --rounds is 1..%d\n", MAX_ROUNDS);
-				return 2;
-			}
-		} else if (strcmp(argv[i], "--spin") == 0) {
-			spin_flags = WIMM_CTX_POLLING;
-		} else if (strcmp(argv[i], "--no-redis") == 0) {
+		const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		int ok = 1;
+		if (strcmp(o, "--spin") == 0)
+			flags = WIMM_CTX_POLLING;
+		else if (strcmp(o, "--no-redis") == 0)
 			redis = 0;
-		} else {
-			fprintf(stderr, "usage: wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] "
-					"[--spin] [--no-redis]\n");
+		else if (!val)
+			return usage();
+		else if (i++, strcmp(o, "-f") == 0)
+			fabric = val;
+		else if (strcmp(o, "-n") == 0)
+			ok = kv_parse_size(val, &ops) == 0 && ops > 0 && ops <= 10000000;
+		else if (strcmp(o, "--rounds") == 0)
+			ok = kv_parse_size(val, &rounds) == 0 && rounds > 0 && rounds <= MAX_ROUNDS;
+		else if (strcmp(o, "--keys") == 0)
+			ok = kv_parse_size(val, &keys) == 0 && keys > 0 && keys <= 10000000;
+		else if (strcmp(o, "--sizes") == 0)
+			ok = (nsizes = parse_list(val, sizes, WIMM_KV_MAX_SLOT - WIMM_KV_HEADER)) >
+			     0;
+		else if (strcmp(o, "--clients") == 0)
+			ok = (nclients = parse_list(val, clients, MAX_CLIENTS)) > 0;
+		else if (strcmp(o, "--dist") == 0 && strcmp(val, "uniform") == 0)
+			dist_lo = dist_hi = 0;
+		else if (strcmp(o, "--dist") == 0 && strcmp(val, "zipf") == 0)
+			dist_lo = dist_hi = 1;
+		else if (strcmp(o, "--dist") == 0 && strcmp(val, "both") == 0)
+			dist_lo = 0, dist_hi = 1;
+		else
+			return usage();
+		if (!ok) {
+			fprintf(stderr, "wimm kv bench: bad %s '%s'\n", o, val);
 			return 2;
 		}
 	}
-	static struct cell cells[NSIZES][NCLIENTS][NDESIGNS];
-	int rport = redis ? free_port() : -1;
-	pid_t rpid = redis ? start_redis(rport) : -1;
+	static struct cell cells[MAX_LIST][MAX_LIST][2][NDESIGNS];
+	int rport = redis ? kvb_free_port() : -1;
+	pid_t rpid = redis ? kvb_start_redis(rport) : -1;
 	if (redis && rpid < 0) {
 		fprintf(stderr, "wimm kv bench: cannot start redis-server (Debian package redis; "
 				"--no-redis to skip)\n");
 		return 1;
 	}
+	char raddr[32];
+	snprintf(raddr, sizeof(raddr), "127.0.0.1:%d", rport);
+	double load[3] = {0, 0, 0};
+	if (getloadavg(load, 3) < 0)
+		load[0] = NAN;
+	printf("wimm kv bench: %s, %llu ops per configuration and phase, %llu keys, %llu rounds, "
+	       "%s%s, load average %.2f\n",
+	       fabric, ops, keys, rounds, flags ? "spinning" : "blocking waits",
+	       redis ? ", redis-server on the same host" : "", load[0]);
 	int rc = 0;
-	printf("wimm kv bench: %s, %llu ops per client and phase, %d keys per client, %llu "
-	       "rounds, %s%s\n",
-	       fabric, ops, KEYS, rounds, spin_flags ? "spinning" : "blocking waits",
-	       redis ? ", redis-server on the same host" : "");
 	for (unsigned r = 0; rc == 0 && r < rounds; r++)
-		for (int s = 0; rc == 0 && s < NSIZES; s++)
-			for (int c = 0; rc == 0 && c < NCLIENTS; c++)
-				for (int d = 0; rc == 0 && d < NDESIGNS; d++) {
-					struct cell *x = &cells[s][c][d];
-					if (d == D_REDIS)
-						rc = redis ? run_redis(rport, sizes[s], clients[c],
-								       (uint32_t)ops, x)
-							   : 0;
-					else
-						rc = run_wimm_fresh(fabric, sizes[s], clients[c],
-								    (uint32_t)ops, d, x);
-					if (rc < 0)
-						fprintf(stderr,
-							"wimm kv bench: %s, %zu B, %d "
-							"clients failed\n",
-							design_name[d], sizes[s], clients[c]);
+		for (int s = 0; rc == 0 && s < nsizes; s++)
+			for (int c = 0; rc == 0 && c < nclients; c++)
+				for (int z = dist_lo; rc == 0 && z <= dist_hi; z++) {
+					struct kvb_workload w = {
+					    .fabric = fabric,
+					    .size = sizes[s],
+					    .clients = (int)clients[c],
+					    .ops =
+						(uint32_t)(ops / clients[c] > 200 ? ops / clients[c]
+										  : 200),
+					    .keys = (uint32_t)keys,
+					    .zipf = z,
+					    .flags = flags};
+					fprintf(stderr,
+						"wimm kv bench: round %u/%llu: %zu B, %d clients, "
+						"%s\n",
+						r + 1, rounds, w.size, w.clients,
+						z ? "zipf" : "uniform");
+					for (int d = 0; rc == 0 && d < NDESIGNS; d++) {
+						struct cell *x = &cells[s][c][z][d];
+						if (d >= D_REDIS && !redis)
+							continue;
+						if (d == D_REDIS_BENCHMARK && z)
+							continue; /* uniform keys only */
+						if (d == D_REDIS_BENCHMARK)
+							rc = kvb_redis_benchmark(rport, &w,
+										 x->r[x->n]);
+						else if (d == D_REDIS)
+							rc = run_clients(&kvb_redis_store, raddr,
+									 &w, x->r[x->n]);
+						else
+							rc = run_wimm(d, &w, x->r[x->n]);
+						if (rc < 0)
+							fprintf(stderr,
+								"wimm kv bench: %s, %zu B, %d "
+								"clients failed\n",
+								design_name[d], w.size, w.clients);
+						else
+							x->n++;
+					}
 				}
-	if (rc == 0)
-		print_table(cells, redis);
+	if (rc == 0) {
+		printf(
+		    "\n| value | clients | keys | design | put p50 us | put p99 us | put p99.9 us "
+		    "| put kops/s | get p50 us | get p99 us | get p99.9 us | get kops/s | put "
+		    "p50 vs redis | get p50 vs redis | put rate vs redis | get rate vs redis |\n"
+		    "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		    "---:|\n");
+		for (int s = 0; s < nsizes; s++)
+			for (int c = 0; c < nclients; c++)
+				for (int z = dist_lo; z <= dist_hi; z++)
+					for (int d = 0; d < NDESIGNS; d++) {
+						struct kvb_workload w = {.size = sizes[s],
+									 .clients = (int)clients[c],
+									 .zipf = z};
+						if (cells[s][c][z][d].n)
+							print_row(&w, d, &cells[s][c][z][d],
+								  &cells[s][c][z][D_REDIS]);
+					}
+		printf("\nlatency ratios: wimm / redis (below 1: wimm faster); rate ratios: wimm / "
+		       "redis (above 1: wimm more); redis = redis-server driven by the bench's own "
+		       "client processes with the same keys; redis-benchmark for reference\n");
+	}
 	if (rpid > 0) {
 		kill(rpid, SIGTERM);
 		waitpid(rpid, NULL, 0);

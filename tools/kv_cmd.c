@@ -1,6 +1,7 @@
 /* `wimm kv`: the key-value slot pool service (include/wimm/kv.h).
  *
- *   wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N] [--lease MS] [-v]
+ *   wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N] [--lease MS]
+ *                 [--grant MS] [-v]
  *   wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]
  *   wimm kv get  [-f FABRIC] HOST[:PORT] KEY
  *   wimm kv del  [-f FABRIC] HOST[:PORT] KEY
@@ -21,7 +22,7 @@
 static void kv_usage(FILE *f)
 {
 	fputs("usage: wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N]\n"
-	      "                     [--lease MS] [-v]\n"
+	      "                     [--lease MS] [--grant MS] [-v]\n"
 	      "       wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]\n"
 	      "       wimm kv get  [-f FABRIC] HOST[:PORT] KEY     (the value on stdout)\n"
 	      "       wimm kv del  [-f FABRIC] HOST[:PORT] KEY\n"
@@ -34,6 +35,7 @@ static void kv_usage(FILE *f)
 	      "                 and server must agree)\n"
 	      "  --port P       control port (default 7480); reads use the next port\n"
 	      "  --lease MS     how long a reader may read a looked-up slot (default 1000)\n"
+	      "  --grant MS     how long a granted slot waits for its value (default 10000)\n"
 	      "  --pin          never evict this key\n"
 	      "exit status: 0 done, 1 failed (e.g. \"not found\"), 2 bad usage\n",
 	      f);
@@ -106,8 +108,8 @@ void kv_print_stats(FILE *f, const struct wimm_kv_stats *st)
 	fprintf(f,
 		"memory %llu  arena %llu  used %llu  keys %llu  pinned %llu  clients %llu\n"
 		"puts %llu (by send %llu)  gets %llu  hits %llu  deletes %llu  evictions %llu\n"
-		"full %llu  bad_puts %llu  grants_pending %llu  grants_reclaimed %llu  retired "
-		"%llu\n",
+		"full %llu  bad_puts %llu  grants_pending %llu  grants_reclaimed %llu  "
+		"grants_expired %llu  retired %llu\n",
 		(unsigned long long)st->memory, (unsigned long long)st->arena,
 		(unsigned long long)st->used, (unsigned long long)st->keys,
 		(unsigned long long)st->pinned, (unsigned long long)st->clients,
@@ -116,7 +118,7 @@ void kv_print_stats(FILE *f, const struct wimm_kv_stats *st)
 		(unsigned long long)st->deletes, (unsigned long long)st->evictions,
 		(unsigned long long)st->full, (unsigned long long)st->bad_puts,
 		(unsigned long long)st->grants_pending, (unsigned long long)st->grants_reclaimed,
-		(unsigned long long)st->retired);
+		(unsigned long long)st->grants_expired, (unsigned long long)st->retired);
 }
 
 static int kv_serve(int argc, char **argv)
@@ -156,6 +158,10 @@ static int kv_serve(int argc, char **argv)
 			if (kv_parse_size(val, &v) < 0 || v < 10 || v > 600000)
 				bad_usage("bad lease '%s' (10..600000 ms)", val);
 			attr.lease_ms = (uint32_t)v;
+		} else if (strcmp(o, "--grant") == 0) {
+			if (kv_parse_size(val, &v) < 0 || v < 10 || v > 600000)
+				bad_usage("bad grant time '%s' (10..600000 ms)", val);
+			attr.grant_ms = (uint32_t)v;
 		} else {
 			bad_usage("unknown flag '%s'", o);
 		}

@@ -1,4 +1,4 @@
-/* The four ways of telling a receiver that a message has arrived.
+/* The five ways of telling a receiver that a message has arrived.
  *
  * Every message lands at offset 0 of the peer's window (or in one of its
  * receive buffers for send_imm). The doorbell's imm carries the message
@@ -56,6 +56,13 @@ void msg_send(struct endpoint *ep, uint32_t seq, unsigned flags)
 	case OP_WRITE_POLL:
 		ep->source[src + size - 1] = poll_flag(seq);
 		ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, flags);
+		break;
+	case OP_WRITE_ATOMIC:
+		/* The add follows the write on the connection: once the
+		 * receiver sees the count, the bytes are there. */
+		if (size > 0)
+			ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, 0);
+		ep_post(ep, WIMM_OP_FETCH_ADD, 0, ep->signal_off, 0, 0, flags);
 		break;
 	}
 }
@@ -117,6 +124,10 @@ void msg_receive(struct endpoint *ep, uint32_t seq)
 		 * (docs/errata.md E8); it works on the fabrics measured here. */
 		ep_wait_byte(ep, size - 1, poll_flag(seq));
 		break;
+	case OP_WRITE_ATOMIC:
+		/* Message seq is the (seq + 1)-th add to the word. */
+		ep_wait_word(ep, ep->signal_off, (uint64_t)seq + 1);
+		break;
 	}
 }
 
@@ -168,4 +179,9 @@ void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round)
 void msg_receive_poll_round(struct endpoint *ep, uint32_t round)
 {
 	ep_wait_byte(ep, ep->opts->size - 1, poll_round_flag(round));
+}
+
+void msg_receive_atomic_upto(struct endpoint *ep, uint32_t upto)
+{
+	ep_wait_word(ep, ep->signal_off, upto);
 }

@@ -12,15 +12,26 @@
 #define CLI_MAX_DEPTH 65536u
 
 static const char *const op_names[] = {
-    [OP_WRITE_IMM] = "write_imm",
-    [OP_WRITE_SEND] = "write_send",
-    [OP_SEND_IMM] = "send_imm",
-    [OP_WRITE_POLL] = "write_poll",
+    [OP_WRITE_IMM] = "write_imm",   [OP_WRITE_SEND] = "write_send",	[OP_SEND_IMM] = "send_imm",
+    [OP_WRITE_POLL] = "write_poll", [OP_WRITE_ATOMIC] = "write_atomic",
 };
 
 const char *bench_op_name(enum bench_op op)
 {
 	return op_names[op];
+}
+
+const char *bench_mode_name(enum bench_mode mode)
+{
+	switch (mode) {
+	case BENCH_PINGPONG:
+		return "pingpong";
+	case BENCH_RATE:
+		return "rate";
+	case BENCH_BULK:
+		return "bulk";
+	}
+	return "?";
 }
 
 const char *bench_wait_name(enum wimm_wait_mode mode)
@@ -40,10 +51,12 @@ static const char usage_commands[] =
     "usage: wimm info [--json]             fabrics usable here and their limits\n"
     "       wimm pingpong [flags] [HOST]   latency (a server without HOST)\n"
     "       wimm rate [flags] [HOST]       message rate (a server without HOST)\n"
+    "       wimm bulk [flags] [HOST]       one large transfer in chunks (a server without HOST)\n"
     "       wimm doctor [flags] [HOST]     why a write-with-imm is not seen (wimm doctor --help)\n"
     "       wimm kv serve|put|get|del|stat|bench   the key-value slot pool (wimm kv --help)\n"
     "       wimm log SUBCOMMAND ...        the remote log service: serve, append, tail, stat,\n"
     "                                      bench (wimm log --help)\n"
+    "       wimm ps serve|stat|worker      the parameter server (wimm ps --help)\n"
     "       wimm --version | --help\n"
     "       wimm COMMAND --help            the flags of one command\n";
 
@@ -54,17 +67,45 @@ static const char usage_info[] = "usage: wimm info [--json]\n"
 static const char usage_exit[] = "exit status: 0 done, 1 the run failed (the message says what"
 				 " to do), 2 bad command line\n";
 
+static const char *const mode_summary[] = {
+    [BENCH_PINGPONG] = "latency",
+    [BENCH_RATE] = "message rate",
+    [BENCH_BULK] = "one large transfer in chunks",
+};
+
+static const char *const mode_epilogue[] = {
+    [BENCH_PINGPONG] = "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n",
+    [BENCH_RATE] = "rate streams messages and reports messages/s and bytes/s, like ib_write_bw;\n"
+		   "the server's --json line has its CPU time over the timed round.\n",
+    [BENCH_BULK] = "bulk moves -s bytes (default: 64M) in --chunk writes, -n times (default: 3),\n"
+		   "and reports the time of a transfer; the server's --json line has its CPU\n"
+		   "time over the timed transfers. -o must be write_imm (the doorbell).\n",
+};
+
+static unsigned default_iters(enum bench_mode mode)
+{
+	switch (mode) {
+	case BENCH_PINGPONG:
+		return CLI_PINGPONG_ITERS;
+	case BENCH_RATE:
+		return CLI_RATE_ITERS;
+	case BENCH_BULK:
+		return CLI_BULK_ITERS;
+	}
+	return 1;
+}
+
 static void usage_bench(FILE *f, enum bench_mode mode)
 {
 	fprintf(
 	    f,
 	    "usage: wimm %s [flags] [HOST]   %s\n"
 	    "  -f FABRIC     auto, ofi:tcp, ofi:shm, verbs:rxe0, ... (default: auto)\n"
-	    "  -o OP         write_imm | write_send | send_imm | write_poll"
-	    " (default: write_imm)\n"
-	    "  -s SIZE       message bytes, K/M/G suffixes allowed (default: 8)\n"
+	    "  -o OP         write_imm | write_send | send_imm | write_poll | write_atomic\n"
+	    "                (default: write_imm)\n"
+	    "  -s SIZE       message bytes, K/M/G suffixes allowed (default: %s)\n"
 	    "  -n ITERS      timed iterations (default: %u)\n"
-	    "  -w WARMUP     untimed iterations before (default: ITERS/10)\n"
+	    "  -w WARMUP     untimed iterations before (default: %s)\n"
 	    "  -p PORT       TCP port (default: %d; --self: a free one)\n"
 	    "  -d DEPTH      receive window, doorbells in flight (default: %d)\n"
 	    "  --wait MODE   spin | block | adaptive (default: spin)\n"
@@ -75,6 +116,7 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "                %d; a server without it waits for its client forever)\n"
 	    "  --json        one JSON object on stdout (default: off, a perftest-like table)\n"
 	    "  --stats       each side's context counters at the end, on stderr (default: off)\n"
+	    "%s"
 	    "  -h, --help    this text\n"
 	    "\n"
 	    "ops: write_imm   one write-with-imm (data + doorbell)\n"
@@ -82,14 +124,22 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "     send_imm    two-sided send into a pre-posted receive buffer\n"
 	    "     write_poll  plain write; the receiver polls its last byte (SIZE >= 1;\n"
 	    "                 it spins whatever --wait says: there is no event to sleep on)\n"
+	    "     write_atomic plain write, then a fetch-and-add of 1 on a signal word the\n"
+	    "                 receiver polls (needs atomics: ofi:shm, verbs; spins like\n"
+	    "                 write_poll)\n"
 	    "%s",
-	    mode == BENCH_PINGPONG ? "pingpong" : "rate",
-	    mode == BENCH_PINGPONG ? "latency" : "message rate",
-	    mode == BENCH_PINGPONG ? CLI_PINGPONG_ITERS : CLI_RATE_ITERS, CLI_DEFAULT_PORT,
+	    bench_mode_name(mode), mode_summary[mode], mode == BENCH_BULK ? "64M" : "8",
+	    default_iters(mode), mode == BENCH_BULK ? "1" : "ITERS/10", CLI_DEFAULT_PORT,
 	    CLI_DEFAULT_DEPTH, CLI_DEFAULT_TIMEOUT_S,
-	    mode == BENCH_PINGPONG
-		? "pingpong reports one-way latency = round trip / 2, like ib_write_lat.\n"
-		: "rate streams messages and reports messages/s and bytes/s, like ib_write_bw.\n");
+	    mode == BENCH_RATE
+		? "  --rate N      client: offer N messages per second in the timed round\n"
+		  "                (default: as fast as credits allow)\n"
+	    : mode == BENCH_BULK
+		? "  --chunk SIZE  bytes per write (default: 64K)\n"
+		  "  --notify WHEN each: a write_imm per chunk; last: plain writes and one\n"
+		  "                write_imm with the last chunk (default: each)\n"
+		: "",
+	    mode_epilogue[mode]);
 }
 
 void cli_usage(FILE *f)
@@ -99,8 +149,10 @@ void cli_usage(FILE *f)
 	fputs(usage_info, f);
 	fputs("\n", f);
 	usage_bench(f, BENCH_PINGPONG);
-	fputs("\nwimm rate takes the same flags (default -n: ", f);
-	fprintf(f, "%u).\n\n%s", CLI_RATE_ITERS, usage_exit);
+	fputs("\nwimm rate and wimm bulk take the same flags and a few of their own (wimm rate"
+	      " --help, wimm bulk --help).\n\n",
+	      f);
+	fputs(usage_exit, f);
 }
 
 void cli_usage_command(FILE *f, const char *command)
@@ -111,6 +163,8 @@ void cli_usage_command(FILE *f, const char *command)
 		usage_bench(f, BENCH_PINGPONG);
 	else if (strcmp(command, "rate") == 0)
 		usage_bench(f, BENCH_RATE);
+	else if (strcmp(command, "bulk") == 0)
+		usage_bench(f, BENCH_BULK);
 	else
 		fputs(usage_commands, f);
 	fprintf(f, "\n%s", usage_exit);
@@ -175,7 +229,8 @@ static enum bench_op parse_op(const char *text)
 	for (size_t i = 0; i < sizeof(op_names) / sizeof(op_names[0]); i++)
 		if (strcmp(text, op_names[i]) == 0)
 			return (enum bench_op)i;
-	usage_error("unknown op '%s' (write_imm, write_send, send_imm, write_poll)", text);
+	usage_error("unknown op '%s' (write_imm, write_send, send_imm, write_poll, write_atomic)",
+		    text);
 }
 
 static enum wimm_wait_mode parse_wait(const char *text)
@@ -195,7 +250,39 @@ enum long_only_flag {
 	FLAG_WAIT,
 	FLAG_TIMEOUT,
 	FLAG_STATS,
+	FLAG_RATE,
+	FLAG_CHUNK,
+	FLAG_NOTIFY,
 };
+
+/* A positive number of messages per second (decimals allowed). */
+static double parse_rate(const char *text)
+{
+	errno = 0;
+	char *end;
+	double value = strtod(text, &end);
+	if (end == text || *end != '\0' || errno != 0 || !(value > 0) || value > 1e10)
+		usage_error("bad value for --rate: '%s' (messages per second, more than 0)", text);
+	return value;
+}
+
+static int parse_notify(const char *text)
+{
+	if (strcmp(text, "each") == 0)
+		return 1;
+	if (strcmp(text, "last") == 0)
+		return 0;
+	usage_error("unknown --notify '%s' (each, last)", text);
+}
+
+/* A flag of one command given to another. */
+static void only_for(enum bench_mode mode, const char *flag)
+{
+	if (parsing_mode != mode)
+		usage_error(mode == BENCH_RATE ? "%s is a flag of wimm rate"
+					       : "%s is a flag of wimm bulk",
+			    flag);
+}
 
 void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts *out)
 {
@@ -205,6 +292,9 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    {"wait", required_argument, NULL, FLAG_WAIT},
 	    {"timeout", required_argument, NULL, FLAG_TIMEOUT},
 	    {"stats", no_argument, NULL, FLAG_STATS},
+	    {"rate", required_argument, NULL, FLAG_RATE},
+	    {"chunk", required_argument, NULL, FLAG_CHUNK},
+	    {"notify", required_argument, NULL, FLAG_NOTIFY},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -216,8 +306,10 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    .mode = mode,
 	    .fabric = "auto",
 	    .op = OP_WRITE_IMM,
-	    .size = 8,
-	    .iters = mode == BENCH_PINGPONG ? CLI_PINGPONG_ITERS : CLI_RATE_ITERS,
+	    .size = mode == BENCH_BULK ? CLI_BULK_SIZE : 8,
+	    .iters = default_iters(mode),
+	    .chunk = CLI_BULK_CHUNK,
+	    .notify_each = 1,
 	    .port = CLI_DEFAULT_PORT,
 	    .wait_mode = WIMM_WAIT_SPIN,
 	    .depth = CLI_DEFAULT_DEPTH,
@@ -273,6 +365,20 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 		case FLAG_WAIT:
 			out->wait_mode = parse_wait(optarg);
 			break;
+		case FLAG_RATE:
+			only_for(BENCH_RATE, "--rate");
+			out->pace_per_s = parse_rate(optarg);
+			break;
+		case FLAG_CHUNK:
+			only_for(BENCH_BULK, "--chunk");
+			out->chunk = (size_t)parse_count("--chunk", optarg, 1, CLI_MAX_SIZE);
+			if (out->chunk == 0)
+				usage_error("%s must be at least 1", "--chunk");
+			break;
+		case FLAG_NOTIFY:
+			only_for(BENCH_BULK, "--notify");
+			out->notify_each = parse_notify(optarg);
+			break;
 		case FLAG_TIMEOUT:
 			timeout_s = parse_count("--timeout", optarg, 0, INT_MAX / 1000);
 			out->timeout_given = 1;
@@ -292,7 +398,18 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	if (optind < argc)
 		usage_error("unexpected argument '%s'", argv[optind]);
 	if (!warmup_given)
-		out->warmup = out->iters / 10;
+		out->warmup = mode == BENCH_BULK ? 1 : out->iters / 10;
+	if (mode == BENCH_BULK) {
+		if (out->op != OP_WRITE_IMM)
+			usage_error("%s", "wimm bulk's doorbell is write_imm: choose the"
+					  " notification with --notify each|last, not -o");
+		if (out->size == 0)
+			usage_error("%s", "wimm bulk needs -s of at least 1");
+		if (out->chunk > out->size)
+			usage_error("%s", "--chunk is larger than -s: use a chunk of at most -s");
+		/* Chunk numbers travel in the 32-bit imm: -s is at most 1 GiB,
+		 * so there are fewer than 2^31 chunks. */
+	}
 	out->timeout_ms = timeout_s == 0 ? -1 : (int)(timeout_s * 1000);
 	if (out->op == OP_WRITE_POLL && out->size == 0)
 		usage_error("%s", "write_poll needs -s of at least 1 (the last byte is the flag)");

@@ -105,6 +105,11 @@ static void print_json(const struct bench_opts *opts, const struct bench_result 
 	json_number("p999_us", pingpong ? lat->p999_us : 0, pingpong);
 	json_number("msg_rate", msg_rate, 1);
 	json_number("bw_mbps", bw_mbps, !pingpong);
+	if (opts->pace_per_s > 0)
+		json_number("pace_per_s", opts->pace_per_s, 1);
+	if (res->rx.measured)
+		printf(", \"rx_cpu_user_s\": %.6f, \"rx_cpu_sys_s\": %.6f, \"rx_doorbells\": %u",
+		       res->rx.user_s, res->rx.sys_s, res->rx.doorbells);
 	printf("}\n");
 }
 

@@ -13,6 +13,8 @@ static void serve(struct endpoint *ep)
 {
 	if (ep->opts->mode == BENCH_PINGPONG)
 		pingpong_server(ep);
+	else if (ep->opts->mode == BENCH_BULK)
+		bulk_server(ep);
 	else
 		rate_server(ep);
 	msg_finish_server(ep);
@@ -24,6 +26,8 @@ static void run_client(struct endpoint *ep, const char *host, int port, struct b
 	ep_connect(ep, host, port);
 	if (ep->opts->mode == BENCH_PINGPONG)
 		pingpong_client(ep, res);
+	else if (ep->opts->mode == BENCH_BULK)
+		bulk_client(ep, res);
 	else
 		rate_client(ep, res);
 	msg_finish_client(ep);
@@ -91,6 +95,7 @@ static int run_self(const struct bench_opts *opts, struct bench_result *res)
 	client->opts = opts;
 	run_client(client, server->host, port, res);
 	pthread_join(thread, NULL);
+	res->rx = server->ep.cpu;
 
 	pthread_cond_destroy(&server->listening);
 	pthread_mutex_destroy(&server->lock);
@@ -109,9 +114,10 @@ static int run_server(const struct bench_opts *opts)
 	fprintf(stderr, "listening on port %d\n", port);
 	ep_accept(ep);
 	fprintf(stderr, "client connected: %s %s, %zu bytes, %u + %u iterations, fabric %s\n",
-		opts->mode == BENCH_PINGPONG ? "pingpong" : "rate", bench_op_name(opts->op),
-		opts->size, opts->warmup, opts->iters, wimm_ctx_fabric(ep->ctx));
+		bench_mode_name(opts->mode), bench_op_name(opts->op), opts->size, opts->warmup,
+		opts->iters, wimm_ctx_fabric(ep->ctx));
 	serve(ep);
+	rx_cpu_report(ep);
 	ep_close(ep);
 	free(ep);
 	fprintf(stderr, "done\n");
@@ -135,7 +141,10 @@ int bench_run(const struct bench_opts *opts)
 		run_client(ep, opts->host, opts->port, &res);
 		free(ep);
 	}
-	report_result(opts, &res);
+	if (opts->mode == BENCH_BULK)
+		bulk_report(opts, &res);
+	else
+		report_result(opts, &res);
 	free(res.rtt_ns);
 	return 0;
 }

@@ -3,8 +3,10 @@
  *   wimm info [--json]          fabrics usable here and their limits
  *   wimm pingpong [flags] [HOST] latency of the four notification strategies
  *   wimm rate [flags] [HOST]     message rate of the same
+ *   wimm bulk [flags] [HOST]     one large transfer in chunks (bulk.c)
  *   wimm kv ...                  the key-value slot pool service (kv_cmd.c)
  *   wimm log SUBCOMMAND ...       the remote log service (log_cmd.c)
+ *   wimm ps serve|stat|worker     the parameter server (ps_cmd.c)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "doctor.h"
 #include "kv_cmd.h"
 #include "log_cmd.h"
+#include "ps_cmd.h"
 
 static int run_info(int argc, char **argv)
 {
@@ -60,12 +63,16 @@ int main(int argc, char **argv)
 		return kv_main(argc - 1, argv + 1);
 	if (strcmp(command, "log") == 0)
 		return log_main(argc - 1, argv + 1);
+	if (strcmp(command, "ps") == 0)
+		return ps_main(argc - 1, argv + 1);
 
 	enum bench_mode mode;
 	if (strcmp(command, "pingpong") == 0) {
 		mode = BENCH_PINGPONG;
 	} else if (strcmp(command, "rate") == 0) {
 		mode = BENCH_RATE;
+	} else if (strcmp(command, "bulk") == 0) {
+		mode = BENCH_BULK;
 	} else {
 		fprintf(stderr, "wimm: unknown command '%s' (wimm --help lists them)\n", command);
 		cli_usage_command(stderr, "");

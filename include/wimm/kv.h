@@ -70,6 +70,7 @@ enum wimm_kv_error {
 	WIMM_KV_E_FULL = -101,	   /* the client's arena is full of pinned or pending slots */
 	WIMM_KV_E_CORRUPT = -102,  /* a value failed its checks (put refused / get gave up) */
 	WIMM_KV_E_BUSY = -103,	   /* no free slot until reader leases expire; retried */
+	WIMM_KV_E_EXPIRED = -104,  /* the grant ran out before its value was written */
 };
 
 /* A text for a WIMM_KV_E_* or WIMM_E_* code; never NULL, thread-safe. */
@@ -108,6 +109,7 @@ struct wimm_kv_stats {
 	uint64_t grants_reclaimed; /* grants freed because their client went away */
 	uint64_t retired;	   /* old slots waiting for reader leases to end */
 	uint64_t send_puts;	   /* puts that came as send_imm (the second design) */
+	uint64_t grants_expired;   /* grants revoked: not written within grant_ms */
 };
 
 /* ------------------------------------------------------------------ server */
@@ -123,6 +125,11 @@ struct wimm_kv_server_attr {
 	size_t memory;	      /* bytes of slot memory; >= max_clients * 4 KiB */
 	uint32_t max_clients; /* arenas, i.e. clients at once; 0 = 16 */
 	uint32_t lease_ms;    /* reader lease on a looked-up slot; 0 = 1000 */
+	/* How long a granted slot waits for its value while the client stays
+	 * connected; then the grant is revoked, the slot goes back to the
+	 * arena and a late write is refused with WIMM_KV_E_EXPIRED. 0 =
+	 * 10000; at most 600000. */
+	uint32_t grant_ms;
 	/* Largest value a client may put as send_imm (the second design, see
 	 * wimm_kv_put_send); it sizes each control connection's receive
 	 * buffers. 0 = 16 KiB; at most 1 MiB. */
@@ -140,7 +147,7 @@ struct wimm_kv_server_attr {
 
 /* Open the fabric, allocate and register the slot memory and listen.
  * Errors: INVAL (NULL args, memory too small for max_clients arenas of
- * 4 KiB, lease or send_put_max out of range), NOMEM, and those of
+ * 4 KiB, lease, grant_ms or send_put_max out of range), NOMEM, and those of
  * wimm_ctx_open, wimm_mr_reg and wimm_listen (ADDR, PROVIDER: port in use).
  * Nothing is left allocated on error. */
 int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_server **out);
@@ -199,8 +206,10 @@ int wimm_kv_put(struct wimm_kv_client *c, const void *key, size_t klen, const vo
  * (*buf, len bytes, valid until commit); commit checksums, writes with one
  * write_imm and waits for the publish. Until commit nothing is visible; a
  * client that dies in between leaves no trace but a grant the server
- * reclaims. Errors of begin: as wimm_kv_put, and INVAL when a put is
- * already begun. Errors of commit: INVAL (none begun), CORRUPT,
+ * reclaims, and one that waits longer than the server's grant_ms between
+ * the two loses the grant. Errors of begin: as wimm_kv_put, and INVAL when
+ * a put is already begun. Errors of commit: INVAL (none begun), CORRUPT,
+ * WIMM_KV_E_EXPIRED (the grant was revoked first: nothing published),
  * TIMEDOUT, DISCONNECTED. */
 int wimm_kv_put_begin(struct wimm_kv_client *c, const void *key, size_t klen, size_t len,
 		      unsigned flags, void **buf);

@@ -345,3 +345,47 @@ def test_close_with_live_objects(pair):
     pair.sctx.close()
     with pytest.raises(ValueError):
         pair.client.write_imm(None, 0, 0, 0, 1)
+
+
+def test_atomics(make_pair, fabric):
+    """fetch_add / cmp_swap on a word of the peer's window; NOTSUP where the fabric has
+    no atomics (libfabric tcp's MSG endpoints)."""
+    p = make_pair(window_len=64, access=wimm.REMOTE_WRITE | wimm.REMOTE_ATOMIC)
+    assert p.client.info().peer_window_access == wimm.REMOTE_WRITE | wimm.REMOTE_ATOMIC
+    res = p.cctx.register(bytearray(16))
+    word = memoryview(p.window)[8:16].cast("Q")
+    word[0] = 41
+    if fabric == "ofi:tcp":
+        with pytest.raises(wimm.Error) as e:
+            p.client.fetch_add(res, 0, 8, 1)
+        assert e.value.name == "WIMM_E_NOTSUP" and "FI_ATOMIC" in e.value.provider_text
+        assert word[0] == 41
+        return
+    p.client.fetch_add(res, 0, 8, 1)
+    done = p.client_events(1, (wimm.EV_SEND_DONE,))[0]
+    assert done.op == wimm.Op.FETCH_ADD and done.len == 8
+    old = memoryview(res.buffer)[0:8].cast("Q")
+    assert old[0] == 41 and word[0] == 42
+    p.client.cmp_swap(res, 8, 8, 42, 2**64 - 1)
+    assert p.client_events(1, (wimm.EV_SEND_DONE,))[0].op == wimm.Op.CMP_SWAP
+    assert memoryview(res.buffer)[8:16].cast("Q")[0] == 42 and word[0] == 2**64 - 1
+
+
+def test_atomic_errors(make_pair):
+    p = make_pair(window_len=64, access=wimm.REMOTE_WRITE)
+    res = p.cctx.register(bytearray(16))
+    with pytest.raises(wimm.Error) as e:
+        p.client.fetch_add(res, 0, 8, 1)
+    assert e.value.name == "WIMM_E_PERM"
+    q = make_pair(window_len=64, access=wimm.REMOTE_ATOMIC)
+    qres = q.cctx.register(bytearray(16))
+    for call, name in ((lambda: q.client.fetch_add(qres, 0, 64, 1), "WIMM_E_BOUNDS"),
+                       (lambda: q.client.cmp_swap(qres, 12, 8, 0, 1), "WIMM_E_LOCAL_BOUNDS"),
+                       (lambda: q.client.fetch_add(qres, 0, 4, 1), "WIMM_E_INVAL")):
+        with pytest.raises(wimm.Error) as e:
+            call()
+        assert e.value.name == name
+    with pytest.raises(ValueError):
+        q.client.fetch_add(qres, 0, 8, -1)
+    with pytest.raises(TypeError):
+        q.client.cmp_swap(bytearray(8), 0, 8, 0, 1)

@@ -50,6 +50,7 @@ library_path = lib.path
 LOCAL = 0
 REMOTE_WRITE = 1 << 0
 REMOTE_READ = 1 << 1
+REMOTE_ATOMIC = 1 << 2
 
 F_SIGNAL = 1 << 0
 F_WAIT = 1 << 1
@@ -73,6 +74,8 @@ class Op(enum.IntEnum):
     WRITE = 2
     SEND_IMM = 3
     READ = 4
+    FETCH_ADD = 5
+    CMP_SWAP = 6
 
 
 class WaitMode(enum.IntEnum):
@@ -157,6 +160,12 @@ def _timeout_ms(timeout):
 def _u32(name, value):
     if not 0 <= value <= 0xFFFFFFFF:
         raise ValueError(f"{name} must be in 0..2**32-1, not {value!r}")
+    return value
+
+
+def _u64(name, value):
+    if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError(f"{name} must be in 0..2**64-1, not {value!r}")
     return value
 
 
@@ -456,10 +465,10 @@ class Region(_Scoped):
             mv.release()
             raise ValueError("cannot register a non-contiguous buffer: copy it into a "
                              "contiguous one first (numpy.ascontiguousarray)")
-        if access & ~(REMOTE_WRITE | REMOTE_READ):
+        if access & ~(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC):
             mv.release()
-            raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, not "
-                             f"{access!r}")
+            raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, "
+                             f"REMOTE_ATOMIC, not {access!r}")
         flat = mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
         # An export of the buffer: it pins the memory (no resize, no close)
         # and keeps obj alive as long as this region holds it.
@@ -617,6 +626,29 @@ class Conn(_Child):
         SEND_DONE event (op READ)."""
         self._post(_READ, "read", dst, (dst_off, src_off, length, flags), dst_off,
                    src_off, length, flags)
+
+    def fetch_add(self, result, result_off, dst_off, add, flags=F_SIGNAL):
+        """Add `add` (modulo 2**64) to the 64-bit word at dst_off of the peer's window
+        (8-byte aligned; the window needs REMOTE_ATOMIC); the word's old value lands in
+        result[result_off:result_off+8] (native byte order), announced by a SEND_DONE event
+        (op FETCH_ADD). Error WIMM_E_NOTSUP where the fabric has no atomics (ofi:tcp)."""
+        self._atomic(lib.wimm_fetch_add, "fetch_add", result, result_off, dst_off,
+                     (_u64("add", add),), flags)
+
+    def cmp_swap(self, result, result_off, dst_off, compare, swap, flags=F_SIGNAL):
+        """Store `swap` into the peer's word at dst_off if it equals `compare`; the old
+        value lands in result as for fetch_add (SEND_DONE, op CMP_SWAP)."""
+        self._atomic(lib.wimm_cmp_swap, "cmp_swap", result, result_off, dst_off,
+                     (_u64("compare", compare), _u64("swap", swap)), flags)
+
+    def _atomic(self, fn, what, region, result_off, dst_off, operands, flags):
+        if not isinstance(region, Region):
+            self._handle()
+            raise TypeError(f"{what}: expected a Region, not {type(region).__name__}")
+        self._check(region, result_off, dst_off)
+        rc = fn(self._handle(), region._h, result_off, dst_off, *operands, flags)
+        if rc:
+            _raise(rc, self.ctx._h, what)
 
     def _post(self, fns, what, region, args, a, b, length, flags):
         # Python ints go straight to ctypes; only a failure looks closer. A

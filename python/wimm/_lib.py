@@ -133,6 +133,8 @@ _SIGNATURES = {
     "wimm_write": (c_int, [P, P, c_size_t, c_size_t, c_size_t, c_uint]),
     "wimm_send_imm": (c_int, [P, P, c_size_t, c_size_t, c_uint32, c_uint]),
     "wimm_read": (c_int, [P, P, c_size_t, c_size_t, c_size_t, c_uint]),
+    "wimm_fetch_add": (c_int, [P, P, c_size_t, c_size_t, c_uint64, c_uint]),
+    "wimm_cmp_swap": (c_int, [P, P, c_size_t, c_size_t, c_uint64, c_uint64, c_uint]),
     "wimm_poll": (c_int, [P, POINTER(Event), c_int]),
     "wimm_wait": (c_int, [P, POINTER(Event), c_int, c_int, c_int]),
     "wimm_progress": (c_int, [P]),

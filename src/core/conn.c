@@ -26,7 +26,7 @@ static int check_attr(struct wimm_ctx *ctx, const struct wimm_conn_attr *a, size
 	if (wimm_mr_ctx(a->window) != ctx)
 		return WIMM_E_INVAL;
 	const struct wimm_bmr *b = wimm_mr_bmr(a->window);
-	if (!(b->access & (WIMM_REMOTE_WRITE | WIMM_REMOTE_READ)))
+	if (!(b->access & WIMM_REMOTE_ALL))
 		return WIMM_E_PERM;
 	if (a->window_off >= b->len)
 		return WIMM_E_LOCAL_BOUNDS;
@@ -84,7 +84,7 @@ static void ctl_free(struct wimm_conn *c)
 static int window_reg(struct wimm_conn *c, struct wimm_mr *window, size_t off, size_t len)
 {
 	const struct wimm_bmr *b = wimm_mr_bmr(window);
-	unsigned access = b->access & (WIMM_REMOTE_WRITE | WIMM_REMOTE_READ);
+	unsigned access = b->access & WIMM_REMOTE_ALL;
 
 	return wimm_mr_reg(c->ctx, (char *)b->addr + off, len, access, &c->win_mr);
 }
@@ -220,7 +220,8 @@ static int local_handshake(struct wimm_conn *c, const struct wimm_conn_attr *att
 		const struct wimm_bmr *b = wimm_mr_bmr(c->win_mr);
 		hs.flags =
 		    (uint8_t)(((b->access & WIMM_REMOTE_WRITE) ? WIMM_HS_F_WINDOW_WRITE : 0) |
-			      ((b->access & WIMM_REMOTE_READ) ? WIMM_HS_F_WINDOW_READ : 0));
+			      ((b->access & WIMM_REMOTE_READ) ? WIMM_HS_F_WINDOW_READ : 0) |
+			      ((b->access & WIMM_REMOTE_ATOMIC) ? WIMM_HS_F_WINDOW_ATOMIC : 0));
 		hs.window_addr = (uint64_t)(uintptr_t)b->addr;
 		hs.window_len = c->window_len;
 		hs.window_key = b->key;
@@ -400,9 +401,10 @@ int wimm_conn_close(struct wimm_conn **pc, int timeout_ms)
 	int ret = c->state == CONN_DOWN ? WIMM_E_DISCONNECTED : 0;
 
 	if (c->state == CONN_UP) {
-		/* Credits we owe go out first, then a signaled zero-length write:
-		 * sends complete in order, so its completion says everything
-		 * posted before it has completed at the transport. */
+		/* Credits we owe go out first, then a signaled zero-length write
+		 * that completes once delivered: sends complete in order, so its
+		 * completion says everything posted before it has reached the
+		 * peer's memory. */
 		wimm_conn_release(c);
 		struct wimm_wr wr = {
 		    .op = WIMM_OP_WRITE,
@@ -410,6 +412,7 @@ int wimm_conn_close(struct wimm_conn **pc, int timeout_ms)
 		    .rkey = c->peer.credit_key,
 		    .signal = 1,
 		    .internal = 1,
+		    .delivered = 1,
 		    .op_seq = FENCE_OP_SEQ,
 		};
 		int64_t post_deadline = deadline;
@@ -449,7 +452,8 @@ int wimm_conn_info(const struct wimm_conn *c, struct wimm_conn_info *out)
 	out->peer_window_len = (size_t)c->peer.window_len;
 	out->peer_window_access =
 	    ((c->peer.flags & WIMM_HS_F_WINDOW_WRITE) ? WIMM_REMOTE_WRITE : 0) |
-	    ((c->peer.flags & WIMM_HS_F_WINDOW_READ) ? WIMM_REMOTE_READ : 0);
+	    ((c->peer.flags & WIMM_HS_F_WINDOW_READ) ? WIMM_REMOTE_READ : 0) |
+	    ((c->peer.flags & WIMM_HS_F_WINDOW_ATOMIC) ? WIMM_REMOTE_ATOMIC : 0);
 	out->peer_rx_depth = c->peer.rx_depth;
 	out->peer_recv_size = c->peer.recv_size;
 	out->credits = wimm_credit_tx_available(&c->tx, peer_released(c));

@@ -1,5 +1,6 @@
-/* Connections: the four operations with their bounds and credit checks,
- * and the sender's wait for credit or send slots (WIMM_F_WAIT). */
+/* Connections: the operations (four data moves and two atomics) with their
+ * bounds and credit checks, and the sender's wait for credit or send slots
+ * (WIMM_F_WAIT). */
 #include <string.h>
 #include <time.h>
 
@@ -168,9 +169,16 @@ static int wait_up(struct wimm_conn *c, unsigned flags)
 	return c->state == CONN_UP ? 0 : WIMM_E_DISCONNECTED;
 }
 
+static int is_atomic(enum wimm_op op)
+{
+	return op == WIMM_OP_FETCH_ADD || op == WIMM_OP_CMP_SWAP;
+}
+
 static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
 {
 	struct backoff b = {0, 0};
+	int (*post_fn)(void *, const struct wimm_wr *) =
+	    is_atomic(wr->op) ? ops_of(c)->post_atomic : ops_of(c)->post;
 	int ret;
 
 	if (c->state != CONN_UP) {
@@ -185,7 +193,7 @@ static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned 
 	}
 	wr->op_seq = c->op_seq;
 	/* A full send queue is AGAIN too; with WIMM_F_WAIT, wait it out. */
-	while ((ret = ops_of(c)->post(c->bconn, wr)) == WIMM_E_AGAIN && (flags & WIMM_F_WAIT)) {
+	while ((ret = post_fn(c->bconn, wr)) == WIMM_E_AGAIN && (flags & WIMM_F_WAIT)) {
 		ret = wait_step(c, &b);
 		if (ret)
 			break;
@@ -286,22 +294,87 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
 	return post(c, &wr, 1, flags);
 }
 
-int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
-	      unsigned flags)
+/* Operations that bring something back (reads, atomics): the local range
+ * they fill, the peer's range they act on, and a signaled request aimed at
+ * it. */
+static int check_fetch(const struct wimm_conn *c, struct wimm_mr *mr, size_t off, size_t len,
+		       size_t remote_off, unsigned need, unsigned flags)
 {
-	int ret = check_start(c, dst, dst_off, len, flags);
-	if (ret)
-		return ret;
-	ret = check_remote(c, src_off, len, WIMM_HS_F_WINDOW_READ);
-	if (ret)
-		return ret;
-	/* A read is only useful with its completion: always signaled. */
+	int ret = check_start(c, mr, off, len, flags);
+	return ret ? ret : check_remote(c, remote_off, len, need);
+}
+
+static struct wimm_wr fetch_wr(const struct wimm_conn *c, enum wimm_op op, struct wimm_mr *mr,
+			       size_t off, size_t len, size_t remote_off)
+{
+	/* Only useful with its completion: always signaled. */
 	struct wimm_wr wr = {
-	    .op = WIMM_OP_READ,
-	    .raddr = c->peer.window_addr + src_off,
+	    .op = op,
+	    .raddr = c->peer.window_addr + remote_off,
 	    .rkey = c->peer.window_key,
 	    .signal = 1,
 	};
-	fill_local(&wr, dst, dst_off, len);
+	fill_local(&wr, mr, off, len);
+	return wr;
+}
+
+int wimm_read(struct wimm_conn *c, struct wimm_mr *dst, size_t dst_off, size_t src_off, size_t len,
+	      unsigned flags)
+{
+	int ret = check_fetch(c, dst, dst_off, len, src_off, WIMM_HS_F_WINDOW_READ, flags);
+	if (ret)
+		return ret;
+	struct wimm_wr wr = fetch_wr(c, WIMM_OP_READ, dst, dst_off, len, src_off);
 	return post(c, &wr, 0, flags);
+}
+
+/* ----------------------------------------------------------------- atomics */
+
+#define ATOMIC_WORD 8u
+
+static int atomic_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *result,
+			 size_t result_off, size_t dst_off, uint64_t operand, uint64_t compare,
+			 unsigned flags)
+{
+	int ret = check_fetch(c, result, result_off, ATOMIC_WORD, dst_off, WIMM_HS_F_WINDOW_ATOMIC,
+			      flags);
+	if (ret)
+		return ret;
+	struct wimm_wr wr = fetch_wr(c, op, result, result_off, ATOMIC_WORD, dst_off);
+	wr.operand = operand;
+	wr.compare = compare;
+	/* Every fabric's atomics work on naturally aligned words only. */
+	if ((wr.raddr | (uintptr_t)wr.local) % ATOMIC_WORD) {
+		wimm_ctx_set_provider_error(
+		    c->ctx, 0,
+		    wr.raddr % ATOMIC_WORD ? "atomic target not 8-byte aligned in the peer's memory"
+					   : "atomic result not 8-byte aligned");
+		return WIMM_E_INVAL;
+	}
+	if (!ops_of(c)->post_atomic) {
+		wimm_ctx_set_provider_error(c->ctx, 0, "this fabric's backend has no atomics");
+		ret = WIMM_E_NOTSUP;
+	} else {
+		ret = post(c, &wr, 0, flags);
+	}
+	if (ret == WIMM_E_NOTSUP) {
+		const char *why = "";
+		wimm_provider_error(c->ctx, &why);
+		wimm_ctx_log(c->ctx, WIMM_LOG_WARN, "%s: atomics not supported: %s",
+			     wimm_ctx_fabric(c->ctx), why);
+	}
+	return ret;
+}
+
+int wimm_fetch_add(struct wimm_conn *c, struct wimm_mr *result, size_t result_off, size_t dst_off,
+		   uint64_t add, unsigned flags)
+{
+	return atomic_common(c, WIMM_OP_FETCH_ADD, result, result_off, dst_off, add, 0, flags);
+}
+
+int wimm_cmp_swap(struct wimm_conn *c, struct wimm_mr *result, size_t result_off, size_t dst_off,
+		  uint64_t compare, uint64_t swap, unsigned flags)
+{
+	return atomic_common(c, WIMM_OP_CMP_SWAP, result, result_off, dst_off, swap, compare,
+			     flags);
 }

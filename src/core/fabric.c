@@ -12,6 +12,9 @@ const struct wimm_backend_ops *const wimm_backends[] = {
 #ifdef WIMM_HAVE_OFI
     &wimm_ofi_ops,
 #endif
+#ifdef WIMM_HAVE_IPC
+    &wimm_ipc_ops,
+#endif
     NULL,
 };
 

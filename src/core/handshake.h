@@ -49,10 +49,11 @@
 #define WIMM_HS_MAX_RECV_SIZE (1u << 30)
 
 enum wimm_hs_flags {
-	WIMM_HS_F_WINDOW_WRITE = 1u << 0, /* window accepts remote writes */
-	WIMM_HS_F_WINDOW_READ = 1u << 1,  /* window accepts remote reads */
+	WIMM_HS_F_WINDOW_WRITE = 1u << 0,  /* window accepts remote writes */
+	WIMM_HS_F_WINDOW_READ = 1u << 1,   /* window accepts remote reads */
+	WIMM_HS_F_WINDOW_ATOMIC = 1u << 2, /* window accepts remote atomics */
 };
-#define WIMM_HS_F_ALL (WIMM_HS_F_WINDOW_WRITE | WIMM_HS_F_WINDOW_READ)
+#define WIMM_HS_F_ALL (WIMM_HS_F_WINDOW_WRITE | WIMM_HS_F_WINDOW_READ | WIMM_HS_F_WINDOW_ATOMIC)
 
 struct wimm_handshake {
 	uint8_t version;

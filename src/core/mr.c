@@ -17,7 +17,7 @@ int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access, s
 	if (!out)
 		return WIMM_E_INVAL;
 	*out = NULL;
-	if (!ctx || !addr || len == 0 || (access & ~(WIMM_REMOTE_WRITE | WIMM_REMOTE_READ)))
+	if (!ctx || !addr || len == 0 || (access & ~WIMM_REMOTE_ALL))
 		return WIMM_E_INVAL;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)

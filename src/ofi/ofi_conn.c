@@ -224,6 +224,7 @@ static void ofi_conn_free(struct ofi_conn *c)
 	}
 	if (c->rx_mr)
 		fi_close(&c->rx_mr->fid);
+	ofi_atomic_free(c);
 	if (c->info)
 		fi_freeinfo(c->info);
 	free(c->frame);
@@ -349,6 +350,8 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint3
 		rma.addr = 0;
 		rma.key = 0;
 	}
+	if (wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP)
+		return ofi_atomic_post_once(c, wr, pos, flags);
 	if (wr->op == WIMM_OP_SEND_IMM) {
 		struct fi_msg m = {
 		    .msg_iov = &iov,
@@ -379,6 +382,8 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint3
 	case WIMM_OP_READ:
 		return fi_readmsg(c->ep, &m, flags);
 	case WIMM_OP_SEND_IMM:
+	case WIMM_OP_FETCH_ADD:
+	case WIMM_OP_CMP_SWAP:
 		break;
 	}
 	return -FI_EINVAL;
@@ -409,6 +414,10 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		flags |= FI_COMPLETION;
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
 		flags |= FI_INJECT;
+	/* tcp completes a write when it leaves; shm's copy is the delivery
+	 * (and its RMA path never completes with this flag). */
+	if (wr->delivered && c->ctx->msg)
+		flags |= FI_DELIVERY_COMPLETE;
 
 	pos = (uint32_t)(c->tx_head % c->tx_max);
 	t = &c->tx[pos];

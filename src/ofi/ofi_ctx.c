@@ -111,13 +111,17 @@ static int ofi_find(struct ofi_ctx *x, const char *prov, struct fi_info **out)
 	static const enum fi_ep_type types[] = {FI_EP_MSG, FI_EP_RDM};
 	int last = -FI_ENODATA;
 
-	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
-		struct fi_info *hints = ofi_hints(prov, types[t]);
+	/* Each type with atomics first (ofi_atomic.c), then without: atomics
+	 * never decide the endpoint type, only come with it where they can. */
+	for (size_t t = 0; t < 2 * sizeof(types) / sizeof(types[0]); t++) {
+		struct fi_info *hints = ofi_hints(prov, types[t / 2]);
 		struct fi_info *list = NULL;
 		int ret;
 
 		if (!hints)
 			return WIMM_E_NOMEM;
+		if (t % 2 == 0)
+			hints->caps |= FI_ATOMIC;
 		ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
 		fi_freeinfo(hints);
 		if (ret) {
@@ -209,6 +213,7 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	ret = ofi_reg_null_mr(x);
 	if (ret)
 		goto err_close_domain;
+	ofi_atomic_probe(x);
 
 	x->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (x->epfd < 0) {
@@ -478,6 +483,10 @@ static int ofi_mr_reg(void *bctx, void *addr, size_t len, unsigned access, struc
 		acc |= FI_REMOTE_WRITE;
 	if (access & WIMM_REMOTE_READ)
 		acc |= FI_REMOTE_READ;
+	/* libfabric has no access bit of atomics' own: they write the target
+	 * and fetch from it. */
+	if (access & WIMM_REMOTE_ATOMIC)
+		acc |= FI_REMOTE_WRITE | FI_REMOTE_READ;
 	ret = ofi_reg(x, addr, len, acc, &mr);
 	if (ret)
 		return ofi_err(x, ret, "fi_mr_reg");
@@ -523,6 +532,7 @@ const struct wimm_backend_ops wimm_ofi_ops = {
     .conn_shutdown = ofi_conn_shutdown,
     .conn_delete = ofi_conn_delete,
     .post = ofi_post,
+    .post_atomic = ofi_post_atomic,
     .rx_release = ofi_rx_release,
     .poll = ofi_poll,
     .fd = ofi_fd,

@@ -98,6 +98,8 @@ struct ofi_ctx {
 	uint64_t ctrl_next_ns;
 	struct fid **fids; /* scratch for fi_trywait */
 	size_t fids_cap;
+	int atomics;	      /* 64-bit fetch-add and compare-swap usable */
+	char atomic_why[160]; /* ... else why not (ofi_atomic_probe) */
 };
 
 struct ofi_tx {
@@ -155,6 +157,9 @@ struct ofi_conn {
 
 	struct wimm_cqe stash[OFI_STASH];
 	unsigned stash_head, stash_len;
+
+	uint64_t *atom; /* atomic operands, two per send slot (ofi_atomic.c) */
+	struct fid_mr *atom_mr;
 };
 
 struct ofi_req {
@@ -267,6 +272,15 @@ int ofi_conn_post_slots(struct ofi_conn *c);
 void ofi_conn_delete(void *bconn);
 int ofi_post(void *bconn, const struct wimm_wr *wr);
 int ofi_rx_release(void *bconn, uint32_t n);
+
+/* ofi_atomic.c */
+/* After the domain is open: can atomics be used, and if not, why. */
+void ofi_atomic_probe(struct ofi_ctx *x);
+int ofi_post_atomic(void *bconn, const struct wimm_wr *wr);
+/* One try of an atomic in send slot pos (ofi_post's retry loop). */
+ssize_t ofi_atomic_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos,
+			     uint64_t flags);
+void ofi_atomic_free(struct ofi_conn *c);
 
 /* ofi_poll.c */
 /* One CQ entry (or error entry) of c into at most one cqe; 1 if filled. */

@@ -574,6 +574,10 @@ static int verbs_mr_reg(void *bctx, void *addr, size_t len, unsigned access, str
 		fl |= IBV_ACCESS_REMOTE_WRITE;
 	if (access & WIMM_REMOTE_READ)
 		fl |= IBV_ACCESS_REMOTE_READ;
+	/* A device without atomics may refuse the bit: leave it off there,
+	 * its atomics fail as NOTSUP at the sender anyway. */
+	if ((access & WIMM_REMOTE_ATOMIC) && vc->dattr.atomic_cap != IBV_ATOMIC_NONE)
+		fl |= IBV_ACCESS_REMOTE_ATOMIC;
 	mr = ibv_reg_mr(vc->pd, addr, len, fl);
 	if (!mr) {
 		int e = errno;
@@ -652,6 +656,7 @@ const struct wimm_backend_ops wimm_verbs_ops = {
     .conn_shutdown = verbs_conn_shutdown,
     .conn_delete = verbs_conn_delete,
     .post = verbs_post,
+    .post_atomic = verbs_post_atomic,
     .rx_release = verbs_rx_release,
     .poll = verbs_poll,
     .fd = verbs_fd,

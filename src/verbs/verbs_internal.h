@@ -155,6 +155,7 @@ void verbs_conn_delete(void *bconn);
 
 /* verbs_post.c */
 int verbs_post(void *bconn, const struct wimm_wr *wr);
+int verbs_post_atomic(void *bconn, const struct wimm_wr *wr);
 int verbs_rx_post(struct verbs_conn *c, uint32_t n);
 int verbs_rx_release(void *bconn, uint32_t n);
 int verbs_poll(void *bctx, struct wimm_cqe *out, int n);

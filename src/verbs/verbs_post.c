@@ -90,7 +90,7 @@ int verbs_rx_release(void *bconn, uint32_t n)
 	return rc;
 }
 
-/* The one post builder, for all four operations. */
+/* The one post builder, for every operation (atomics: verbs_post_atomic). */
 int verbs_post(void *bconn, const struct wimm_wr *wr)
 {
 	struct verbs_conn *c = bconn;
@@ -122,10 +122,19 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 	case WIMM_OP_READ:
 		swr.opcode = IBV_WR_RDMA_READ;
 		break;
+	case WIMM_OP_FETCH_ADD:
+	case WIMM_OP_CMP_SWAP:
+		swr.opcode = wr->op == WIMM_OP_FETCH_ADD ? IBV_WR_ATOMIC_FETCH_AND_ADD
+							 : IBV_WR_ATOMIC_CMP_AND_SWP;
+		swr.wr.atomic.remote_addr = wr->raddr;
+		swr.wr.atomic.rkey = (uint32_t)wr->rkey;
+		swr.wr.atomic.compare_add = wr->op == WIMM_OP_FETCH_ADD ? wr->operand : wr->compare;
+		swr.wr.atomic.swap = wr->op == WIMM_OP_CMP_SWAP ? wr->operand : 0;
+		break;
 	default:
 		return WIMM_E_INVAL;
 	}
-	if (wr->op != WIMM_OP_SEND_IMM) {
+	if (wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_READ) {
 		swr.wr.rdma.remote_addr = wr->raddr;
 		swr.wr.rdma.rkey = (uint32_t)wr->rkey;
 	}
@@ -135,7 +144,10 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 		sge.lkey = ((struct ibv_mr *)wr->lmr->desc)->lkey;
 		swr.sg_list = &sge;
 		swr.num_sge = 1;
-		if (wr->op != WIMM_OP_READ && wr->len <= c->max_inline)
+		/* Reads and atomics write into sge: never inline. */
+		if ((wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE ||
+		     wr->op == WIMM_OP_SEND_IMM) &&
+		    wr->len <= c->max_inline)
 			swr.send_flags |= IBV_SEND_INLINE;
 	}
 	signaled = wimm_signal_needed(&c->sig, wr->signal);
@@ -159,6 +171,20 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 		c->user_out++;
 	wimm_signal_posted(&c->sig, signaled);
 	return 0;
+}
+
+/* Atomics where the device has them (atomic_cap; rxe: IBV_ATOMIC_HCA, atomic
+ * against the other atomics of the device, which is all the core promises).
+ * The QP grants remote atomics through rdma_cm: the kernel CM sets
+ * IB_ACCESS_REMOTE_ATOMIC with the responder resources it negotiates. */
+int verbs_post_atomic(void *bconn, const struct wimm_wr *wr)
+{
+	struct verbs_conn *c = bconn;
+
+	if (c->vc->dattr.atomic_cap == IBV_ATOMIC_NONE)
+		return verbs_err(c->vc, WIMM_E_NOTSUP, 0,
+				 "%s: device reports atomic_cap IBV_ATOMIC_NONE", c->vc->fabric);
+	return verbs_post(bconn, wr);
 }
 
 /* A send completion frees its slot and every earlier one (completions are
@@ -229,7 +255,9 @@ static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wi
 		if (!s->report)
 			return 0; /* forced signal, swallowed */
 		out->kind = WIMM_CQE_SEND_DONE;
-		out->len = wc->byte_len;
+		/* An atomic's byte_len is the device's business: it moved a word. */
+		out->len =
+		    (s->op == WIMM_OP_FETCH_ADD || s->op == WIMM_OP_CMP_SWAP) ? 8u : wc->byte_len;
 		return 1;
 	}
 	out->kind = WIMM_CQE_SEND_ERROR;

@@ -167,12 +167,18 @@ extern const struct conf_test conf_tests_hostile[];
 extern const struct conf_test conf_tests_counter[];
 extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
+extern const struct conf_test conf_tests_atomic[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
 /* A killed process cannot remove its libfabric shm regions (/dev/shm/<pid>:*):
  * remove them for it (conf_failure.c). */
 void remove_shm_regions(pid_t pid);
+/* The ipc fabric's listener at "host:port" (an abstract unix socket):
+ * a connected SOCK_SEQPACKET socket, or -1 (conf_hostile.c). */
+int conf_ipc_dial(const char *addr);
+/* One message of len bytes with three fds attached (SCM_RIGHTS): 0 or -1. */
+int conf_ipc_send(int sock, const uint8_t *buf, size_t len, const int *fd);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
 int conf_requests_child(int argc, char **argv);
 

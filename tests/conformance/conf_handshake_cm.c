@@ -164,7 +164,7 @@ static size_t make_case(size_t i, uint8_t *b, size_t cm_max, int *skip)
 		break;
 	case 15:
 		/* a valid window, so the unknown bit is the only fault */
-		b[3] = 0x1 | 0x4;
+		b[3] = 0x1 | 0x8; /* bit 2 is WIMM_HS_F_WINDOW_ATOMIC */
 		put_be(b + 12, 0x100000, 8);
 		put_be(b + 20, 4096, 8);
 		break;

@@ -8,7 +8,9 @@
  *
  * The server (wimm) and the raw peer live in one thread: every wait drives
  * both. On ofi:shm the raw peer is an RDM endpoint that speaks wimm's side
- * channel (a TCP socket carrying one length-prefixed handshake each way). */
+ * channel (a TCP socket carrying one length-prefixed handshake each way).
+ * On ipc the raw peer maps the rings itself and writes entries that name
+ * anything (src/ipc/ipc_wire.h): the server checks each one it consumes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -20,66 +22,12 @@
 
 #include "conf.h"
 #include "core/handshake.h"
-
-#ifdef CONF_HAVE_OFI
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#endif
-#ifdef CONF_HAVE_VERBS
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-#endif
-
-#define RAW_MSG 1
-#define RAW_CM 2
-#define RAW_RDM 3
-
-struct raw_peer {
-	int kind;
-	struct wimm_handshake srv; /* the server's reply */
-	uint64_t *ctl;		   /* where the server returns credits (128 B) */
-	uint8_t *src;		   /* what we write from */
-	int posted, done, failed;
-	char text[200];
-#ifdef CONF_HAVE_OFI
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_eq *eq;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-	struct fid_mr *ctl_mr, *src_mr;
-	struct fid_av *av; /* RDM */
-	fi_addr_t srv_addr;
-	int sock; /* RDM: the side channel */
-#endif
-#ifdef CONF_HAVE_VERBS
-	struct rdma_event_channel *ch;
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *vcq;
-	struct ibv_mr *ctl_vmr, *src_vmr;
-#endif
-};
-
-#define RAW_SRC 4096
-
-/* What the server saw, per connection of interest. */
-struct seen {
-	struct wimm_conn *conn;
-	int doorbells;
-	int down, down_status;
-};
+#include "conf_hostile.h"
 
 /* Drive the server for ms (taking requests and accepting them with the
  * listener's attributes), counting events of the tracked connections. */
-static void pump(struct wimm_ctx *ctx, struct wimm_listener *l, struct wimm_conn **accepted,
-		 struct seen *s, int ns, int ms)
+void pump(struct wimm_ctx *ctx, struct wimm_listener *l, struct wimm_conn **accepted,
+	  struct seen *s, int ns, int ms)
 {
 	int64_t until = conf_now_ms() + ms;
 	struct wimm_event ev[16];
@@ -105,7 +53,7 @@ static void pump(struct wimm_ctx *ctx, struct wimm_listener *l, struct wimm_conn
 	} while (conf_now_ms() < until);
 }
 
-static int raw_alloc(struct raw_peer *r, int kind)
+int raw_alloc(struct raw_peer *r, int kind)
 {
 	memset(r, 0, sizeof(*r));
 	r->kind = kind;
@@ -131,7 +79,7 @@ static int raw_handshake(struct raw_peer *r, uint64_t key, uint8_t *buf, size_t 
 	return wimm_hs_encode(&hs, buf, cap);
 }
 
-static int raw_reply(struct raw_peer *r, const uint8_t *b, size_t n)
+int raw_reply(struct raw_peer *r, const uint8_t *b, size_t n)
 {
 	int rc = wimm_hs_decode(b, wimm_hs_wire_len(b, n), &r->srv);
 	if (rc)
@@ -532,6 +480,8 @@ static void raw_cm_close(struct raw_peer *r)
 static int raw_kind(const char *uri, const char **why)
 {
 	*why = "";
+	if (!strcmp(uri, "ipc"))
+		return RAW_IPC;
 #ifdef CONF_HAVE_OFI
 	if (!strcmp(uri, "ofi:tcp"))
 		return RAW_MSG;
@@ -555,6 +505,8 @@ static int raw_connect(struct raw_peer *r, const char *uri, const char *addr, st
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
 	snprintf(port, sizeof(port), "%s", colon + 1);
 	*sconn = NULL;
+	if (r->kind == RAW_IPC)
+		return raw_ipc_connect(r, addr, ctx, l, sconn);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		return raw_ofi_connect(r, uri + 4, host, port, ctx, l, sconn);
@@ -572,6 +524,8 @@ static int raw_connect(struct raw_peer *r, const char *uri, const char *addr, st
 static int raw_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
 		     uint32_t imm)
 {
+	if (r->kind == RAW_IPC)
+		return raw_ipc_write(r, addr, key, len, doorbell, imm);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		return raw_ofi_write(r, addr, key, len, doorbell, imm);
@@ -585,6 +539,8 @@ static int raw_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len
 
 static void raw_progress(struct raw_peer *r)
 {
+	if (r->kind == RAW_IPC)
+		raw_ipc_progress(r);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		raw_ofi_progress(r);
@@ -595,8 +551,10 @@ static void raw_progress(struct raw_peer *r)
 #endif
 }
 
-static void raw_close(struct raw_peer *r)
+void raw_close(struct raw_peer *r)
 {
+	if (r->kind == RAW_IPC)
+		raw_ipc_close(r);
 #ifdef CONF_HAVE_OFI
 	if (r->kind == RAW_MSG || r->kind == RAW_RDM)
 		raw_ofi_close(r);
@@ -610,8 +568,16 @@ static void raw_close(struct raw_peer *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/* What a test opened with hostile_open, closed. */
+void hostile_close(struct wimm_conn **hc, struct raw_peer *r, struct arena *a)
+{
+	wimm_conn_delete(hc);
+	raw_close(r);
+	pair_close(&a->p);
+}
+
 /* Pump the server and the raw peer together for ms. */
-static void pump_both(struct wimm_ctx *ctx, struct raw_peer *r, struct seen *s, int ns, int ms)
+void pump_both(struct wimm_ctx *ctx, struct raw_peer *r, struct seen *s, int ns, int ms)
 {
 	int64_t until = conf_now_ms() + ms;
 
@@ -622,14 +588,6 @@ static void pump_both(struct wimm_ctx *ctx, struct raw_peer *r, struct seen *s, 
 }
 
 /* ------------------------------------------------------------ the tests */
-
-struct arena {
-	struct pair p;
-	struct region *win; /* 2 x HALF: the window is the first half */
-	char addr[300];
-};
-
-#define HALF 4096
 
 /* A server whose listener exposes [0, HALF) of an 8 KiB region (the second
  * half a canary), and an honest client connected to it. */
@@ -651,7 +609,7 @@ static int arena_open(struct arena *a, const char *uri, uint32_t rx_depth)
 }
 
 /* The honest client still gets its doorbells through. */
-static int honest_ok(struct arena *a)
+int honest_ok(struct arena *a)
 {
 	struct wimm_event ev;
 	int got = 0;
@@ -665,7 +623,7 @@ static int honest_ok(struct arena *a)
 	return got == 10;
 }
 
-static size_t canary_damage(const struct arena *a)
+size_t canary_damage(const struct arena *a)
 {
 	const uint8_t *b = (const uint8_t *)a->win->buf + HALF;
 
@@ -691,8 +649,8 @@ static int shm_unenforced(int kind)
 
 /* The arena, a raw peer of the fabric's kind, connected: 0, or 1 when the
  * test does not apply here (skipped), or -1 (a failure is recorded). */
-static int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena *a,
-			struct raw_peer *r, struct wimm_conn **hc, int *kind)
+int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena *a,
+		 struct raw_peer *r, struct wimm_conn **hc, int *kind)
 {
 	const char *why;
 
@@ -847,5 +805,8 @@ const struct conf_test conf_tests_hostile[] = {
     {"hostile_outside_window", t_hostile_outside_window, 60},
     {"hostile_old_key", t_hostile_old_key, 60},
     {"hostile_overdraft", t_hostile_overdraft, 60},
+    {"hostile_ipc_ring", t_hostile_ipc_ring, 60},
+    {"hostile_ipc_fds", t_hostile_ipc_fds, 60},
+    {"ipc_addresses", t_ipc_addresses, 60},
     {NULL, NULL, 0},
 };

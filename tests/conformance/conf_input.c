@@ -154,13 +154,32 @@ static size_t good_hs(uint8_t *b)
 	return 56;
 }
 
+/* ipc: the frame as one message with three fds where the backend wants
+ * its ring, wake page and eventfd: the core's decoder sees the bytes. */
+static int raw_send_ipc(const char *addr, const uint8_t *buf, size_t len)
+{
+	const int fds[3] = {STDERR_FILENO, STDERR_FILENO, STDERR_FILENO};
+	int fd = conf_ipc_dial(addr);
+
+	if (fd < 0 || len == 0)
+		return fd;
+	if (conf_ipc_send(fd, buf, len, fds)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* Connect a raw TCP socket to the listener and send bytes, then close. */
-static int raw_send(const char *addr, const uint8_t *buf, size_t len)
+static int raw_send(const char *uri, const char *addr, const uint8_t *buf, size_t len)
 {
 	char host[256];
 	const char *colon = strrchr(addr, ':');
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
 	int fd = -1, ret = -1;
+
+	if (!strcmp(uri, "ipc"))
+		return raw_send_ipc(addr, buf, len);
 
 	snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
 	if (getaddrinfo(host, colon + 1, &hints, &res))
@@ -251,7 +270,7 @@ static void t_bad_handshake(const char *uri)
 		goto out;
 	for (size_t i = 0; i < sizeof(frame_cases) / sizeof(frame_cases[0]); i++) {
 		size_t n = make_frame((int)i, frame);
-		int fd = raw_send(addr, frame, n);
+		int fd = raw_send(uri, addr, frame, n);
 
 		CHECKF(fd >= 0, "%s: cannot reach the listener over TCP", frame_cases[i].what);
 		int64_t t0 = conf_now_ms();
@@ -267,7 +286,7 @@ static void t_bad_handshake(const char *uri)
 		CHECK(conf_now_ms() - t0 < 6000);
 	}
 	/* A peer that connects and says nothing at all, then leaves. */
-	int fd = raw_send(addr, NULL, 0);
+	int fd = raw_send(uri, addr, NULL, 0);
 
 	CHECK(fd >= 0);
 	close(fd);

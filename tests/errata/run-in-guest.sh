@@ -1,8 +1,8 @@
 #!/bin/sh
 # Inside the Soft-RoCE guest, run in sequence: the conformance suite on
 # verbs:rxe0, errata_rnr (raw verbs), errata_flood (the library), `wimm doctor`
-# (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire) and the Python
-# package's pytest suite.
+# (tests/doctor/doctor-in-guest.sh: faults, E2 on the wire), the services'
+# multi-process tests (kv, ps) and the Python package's pytest suite.
 #
 #   tests/softroce/run tests/errata/run-in-guest.sh BUILD_DIR
 #
@@ -64,6 +64,18 @@ step conformance "$build/tests/conformance/wimm_conformance" "verbs:$dev"
 step errata_rnr "$build/tests/errata/errata_rnr" "$dev"
 step errata_flood "$build/tests/errata/errata_flood" "verbs:$dev"
 step doctor "$(dirname "$0")/../doctor/doctor-in-guest.sh" "$build"
+
+# The key-value slot pool as processes on verbs (tests/services/kv): every
+# scenario, the hostile client (a raw wimm connection) included.
+for scenario in mixed overwrite crash hostile lease expiry evict full input; do
+	step "kv.$scenario" "$build/tests/services/kv/kv_test" "verbs:$dev" "$scenario"
+done
+# The parameter server likewise (its hostile peer speaks libfabric: not here).
+for scenario in sums backup async split worker_kill worker_kill_backup worker_rejoin \
+	server_kill bad_input; do
+	step "ps.$scenario" "$build/tests/services/ps/ps_test" "$build/tools/wimm" "verbs:$dev" \
+		"$scenario"
+done
 
 # The Python package's suite on the same device (its conftest prints the
 # "N passed, N failed" line); the library is the build's.

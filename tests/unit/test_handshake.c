@@ -190,7 +190,7 @@ static void test_bad_header(void)
 	buf[2] = WIMM_HS_VERSION;
 
 	/* Unknown flag bits, one at a time. */
-	for (int bit = 2; bit < 8; bit++) {
+	for (int bit = 3; bit < 8; bit++) {
 		buf[3] = (uint8_t)(hs.flags | (1u << bit));
 		CHECK_EQ(decode(buf, (size_t)n), WIMM_E_PROTO);
 	}
@@ -314,7 +314,7 @@ static void test_window(void)
 	struct wimm_handshake hs = sample(0);
 	int n = encode(&hs, buf);
 	static const uint8_t flags[] = {WIMM_HS_F_WINDOW_WRITE, WIMM_HS_F_WINDOW_READ,
-					WIMM_HS_F_ALL};
+					WIMM_HS_F_WINDOW_ATOMIC, WIMM_HS_F_ALL};
 
 	/* Window flags but no length. */
 	for (size_t i = 0; i < sizeof(flags); i++) {

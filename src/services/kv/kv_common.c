@@ -1,45 +1,14 @@
-/* wimm_kv: CRC32C, key hash, slot header, size classes, buddy allocator. */
+/* wimm_kv: the CRC32C entry point, key hash, slot header, size classes, buddy allocator. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "kv_internal.h"
-
-/* Slice-by-8 CRC32C tables, built once (pthread_once: thread-safe). */
-static uint32_t crc_tab[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	uint32_t(*t)[256] = crc_tab;
-	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t c = i;
-		for (int k = 0; k < 8; k++)
-			c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-		t[0][i] = c;
-	}
-	for (uint32_t i = 0; i < 256; i++)
-		for (int s = 1; s < 8; s++)
-			t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-}
+#include "svc_crc32c.h"
 
 uint32_t wimm_kv_crc32c(const void *p, size_t len)
 {
-	const unsigned char *b = p;
-	uint32_t c = 0xffffffffu;
-	pthread_once(&crc_once, crc_init);
-	while (len >= 8) {
-		uint32_t lo = c ^ kv_get32(b), hi = kv_get32(b + 4);
-		c = crc_tab[7][lo & 0xff] ^ crc_tab[6][(lo >> 8) & 0xff] ^
-		    crc_tab[5][(lo >> 16) & 0xff] ^ crc_tab[4][lo >> 24] ^ crc_tab[3][hi & 0xff] ^
-		    crc_tab[2][(hi >> 8) & 0xff] ^ crc_tab[1][(hi >> 16) & 0xff] ^
-		    crc_tab[0][hi >> 24];
-		b += 8;
-		len -= 8;
-	}
-	while (len--)
-		c = (c >> 8) ^ crc_tab[0][(c ^ *b++) & 0xff];
-	return c ^ 0xffffffffu;
+	return svc_crc32c(0, p, len);
 }
 
 const char *wimm_kv_strerror(int err)
@@ -53,6 +22,8 @@ const char *wimm_kv_strerror(int err)
 		return "value failed its checks (torn, stale or rewritten)";
 	case WIMM_KV_E_BUSY:
 		return "no free slot until reader leases end";
+	case WIMM_KV_E_EXPIRED:
+		return "grant expired before its value was written";
 	default:
 		return wimm_strerror(err);
 	}

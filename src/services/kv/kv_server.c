@@ -178,7 +178,7 @@ static void drop_client(struct wimm_kv_server *s, struct kv_client *cl)
 	if (!cl->is_read) {
 		struct kv_arena *a = &s->arena[cl->arena];
 		for (unsigned i = 0; i < KV_MAX_GRANTS; i++) {
-			if (!cl->grant[i].used)
+			if (cl->grant[i].state != KV_GRANT_LIVE)
 				continue;
 			kv_buddy_free(&a->buddy, cl->grant[i].unit, cl->grant[i].order);
 			s->stats.grants_pending--;
@@ -311,8 +311,8 @@ static void handle(struct wimm_kv_server *s, const struct wimm_event *ev)
 			kv_commit(s, cl, ev);
 		break;
 	case WIMM_EV_DISCONNECT:
-		kv_log(s, WIMM_LOG_INFO, "kv: client %u gone (%s)", cl->id,
-		       wimm_strerror(ev->status));
+		kv_log(s, WIMM_LOG_INFO, "kv: client %u%s gone (%s)", cl->id,
+		       cl->is_read ? " (its read connection)" : "", wimm_strerror(ev->status));
 		cl->dead = 1;
 		break;
 	case WIMM_EV_ERROR:
@@ -340,6 +340,7 @@ int wimm_kv_server_run(struct wimm_kv_server *s, int timeout_ms)
 		if (cl->dead)
 			drop_client(s, cl);
 	}
+	kv_expire_grants(s);
 	kv_reap(s);
 	return 0;
 }
@@ -373,7 +374,8 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	uint32_t nclients = attr->max_clients ? attr->max_clients : 16;
 	uint32_t lease = attr->lease_ms ? attr->lease_ms : 1000;
 	uint32_t sput = attr->send_put_max ? attr->send_put_max : 16384;
-	if (nclients > 4096 || lease > 600000 || sput > WIMM_KV_MAX_SLOT ||
+	uint32_t grant = attr->grant_ms ? attr->grant_ms : 10000;
+	if (nclients > 4096 || lease > 600000 || grant > 600000 || sput > WIMM_KV_MAX_SLOT ||
 	    attr->memory / nclients < 4096)
 		return WIMM_E_INVAL;
 	rc = split_addr(attr->addr ? attr->addr : "0.0.0.0:7480", host, sizeof(host), &port);
@@ -385,6 +387,7 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	s->log = attr->log;
 	s->log_arg = attr->log_arg;
 	s->lease_ms = lease;
+	s->grant_ms = grant;
 	s->send_put_max = sput;
 	s->narenas = nclients;
 	s->arena_len = 4096;

@@ -29,8 +29,14 @@ struct kv_retired {
 };
 
 /* A slot granted to a client and not yet written. */
+enum kv_grant_state {
+	KV_GRANT_FREE = 0,
+	KV_GRANT_LIVE,	  /* handed out, the slot held for the value */
+	KV_GRANT_EXPIRED, /* revoked after grant_ms: slot freed, a late write refused */
+};
 struct kv_grant {
-	int used;
+	enum kv_grant_state state;
+	uint64_t expires_at; /* ms (LIVE) */
 	uint32_t hash, len, klen;
 	unsigned flags, order;
 	int32_t unit;
@@ -67,7 +73,8 @@ struct wimm_kv_server {
 	uint32_t reply_next;
 	struct kv_arena *arena;
 	enum wimm_wait_mode wait_mode;
-	uint32_t narenas, max_slot, lease_ms, send_put_max, next_id;
+	uint32_t narenas, max_slot, lease_ms, grant_ms, send_put_max, next_id;
+	uint64_t next_expiry_scan; /* ms */
 	struct kv_entry **bucket;
 	size_t nbuckets;
 	struct kv_entry *lru_head, *lru_tail;
@@ -95,5 +102,7 @@ void kv_send(struct wimm_kv_server *s, struct kv_client *cl, uint32_t imm, const
 /* kv_server_ops.c: a request (send_imm) and a value write (write_imm). */
 void kv_request(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
 void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+/* Revoke the grants whose grant_ms ran out (at most every few ms). */
+void kv_expire_grants(struct wimm_kv_server *s);
 
 #endif

@@ -12,6 +12,20 @@ static void answer_status(struct wimm_kv_server *s, struct kv_client *cl, uint32
 	kv_send(s, cl, imm, m, 4);
 }
 
+/* A grant number for a new put: a free one, else one that expired (its
+ * late write, if it ever comes, then fails the new grant's checks). */
+static uint32_t free_grant(const struct kv_client *cl)
+{
+	uint32_t gid, expired = KV_MAX_GRANTS;
+	for (gid = 0; gid < KV_MAX_GRANTS; gid++) {
+		if (cl->grant[gid].state == KV_GRANT_FREE)
+			return gid;
+		if (cl->grant[gid].state == KV_GRANT_EXPIRED && expired == KV_MAX_GRANTS)
+			expired = gid;
+	}
+	return expired;
+}
+
 /* Key of a request body at p[off..]: u16 klen, key. */
 static int parse_key(const unsigned char *p, size_t len, size_t off, const unsigned char **key,
 		     uint32_t *klen)
@@ -44,8 +58,7 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	rc = WIMM_E_TOOBIG;
 	if (order < 0 || ((size_t)WIMM_KV_MIN_SLOT << order) > s->max_slot)
 		goto refuse;
-	for (gid = 0; gid < KV_MAX_GRANTS && cl->grant[gid].used; gid++)
-		;
+	gid = free_grant(cl);
 	rc = WIMM_E_AGAIN;
 	if (gid == KV_MAX_GRANTS)
 		goto refuse;
@@ -53,7 +66,8 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	if (rc < 0)
 		goto refuse;
 	struct kv_grant *g = &cl->grant[gid];
-	g->used = 1;
+	g->state = KV_GRANT_LIVE;
+	g->expires_at = kv_now_ms() + s->grant_ms;
 	g->hash = kv_key_hash(key, klen);
 	g->len = len;
 	g->klen = klen;
@@ -88,7 +102,17 @@ void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm
 {
 	uint32_t gid = KV_WIMM_GRANT(ev->imm);
 	unsigned char m[12];
-	if (gid >= KV_MAX_GRANTS || !cl->grant[gid].used) {
+	if (gid < KV_MAX_GRANTS && cl->grant[gid].state == KV_GRANT_EXPIRED) {
+		/* Revoked before its value came: the slot went back to the
+		 * arena, so what landed there may already be another grant's;
+		 * nothing is published. */
+		cl->grant[gid].state = KV_GRANT_FREE;
+		kv_put32(m, (uint32_t)WIMM_KV_E_EXPIRED);
+		kv_put64(m + 4, cl->grant[gid].version);
+		kv_send(s, cl, KV_IMM(KV_OP_DONE, gid), m, 12);
+		return;
+	}
+	if (gid >= KV_MAX_GRANTS || cl->grant[gid].state != KV_GRANT_LIVE) {
 		/* Not a grant of ours: whatever it wrote is inside its own
 		 * arena, in no published slot that it did not write itself. */
 		kv_log(s, WIMM_LOG_WARN, "kv: client %u: write for grant %u it does not hold",
@@ -117,7 +141,7 @@ void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm
 	} else {
 		s->stats.puts++;
 	}
-	g->used = 0;
+	g->state = KV_GRANT_FREE;
 	s->stats.grants_pending--;
 	kv_put32(m, (uint32_t)rc);
 	kv_put64(m + 4, g->version);
@@ -246,5 +270,28 @@ void kv_request(struct wimm_kv_server *s, struct kv_client *cl, const struct wim
 	default:
 		answer_status(s, cl, ev->imm, WIMM_E_INVAL);
 		break;
+	}
+}
+
+void kv_expire_grants(struct wimm_kv_server *s)
+{
+	uint64_t now = kv_now_ms();
+	if (s->stats.grants_pending == 0 || now < s->next_expiry_scan)
+		return;
+	s->next_expiry_scan = now + 5;
+	for (struct kv_client *cl = s->clients; cl; cl = cl->next) {
+		if (cl->is_read)
+			continue;
+		for (uint32_t gid = 0; gid < KV_MAX_GRANTS; gid++) {
+			struct kv_grant *g = &cl->grant[gid];
+			if (g->state != KV_GRANT_LIVE || now < g->expires_at)
+				continue;
+			kv_buddy_free(&s->arena[cl->arena].buddy, g->unit, g->order);
+			g->state = KV_GRANT_EXPIRED;
+			s->stats.grants_pending--;
+			s->stats.grants_expired++;
+			kv_log(s, WIMM_LOG_INFO, "kv: client %u: grant %u expired after %u ms",
+			       cl->id, gid, s->grant_ms);
+		}
 	}
 }

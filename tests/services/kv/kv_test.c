@@ -116,15 +116,16 @@ static void on_term(int sig)
 	stop_flag = 1;
 }
 
-/* server FABRIC MEMORY MAX_CLIENTS LEASE_MS: prints its port, serves until
- * SIGTERM, then prints "S" and its counters. */
+/* server FABRIC MEMORY MAX_CLIENTS LEASE_MS GRANT_MS: prints its port,
+ * serves until SIGTERM, then prints "S" and its counters. */
 static int role_server(char **a)
 {
 	struct wimm_kv_server_attr attr = {.fabric = a[0],
 					   .addr = "127.0.0.1:0",
 					   .memory = strtoull(a[1], NULL, 0),
 					   .max_clients = (uint32_t)atoi(a[2]),
-					   .lease_ms = (uint32_t)atoi(a[3])};
+					   .lease_ms = (uint32_t)atoi(a[3]),
+					   .grant_ms = (uint32_t)atoi(a[4])};
 	struct wimm_kv_server *s;
 	struct wimm_kv_stats st;
 	if (getenv("WIMM_TEST_HOST")) {
@@ -414,6 +415,39 @@ static int role_checker(char **a)
 }
 
 /* evict FABRIC ADDR: 16 pinned keys, then 400 unpinned in a 128 KiB arena. */
+/* expirer FABRIC ADDR GRANT_MS: a put begun and committed only after the
+ * server's grant time is refused with EXPIRED and publishes nothing; the
+ * grant is counted as expired, not pending; the next put works. */
+static int role_expirer(char **a)
+{
+	unsigned char v[500];
+	void *buf;
+	int rc;
+	struct wimm_kv_client *c = kv_open(a[0], a[1]);
+	make_value(v, 7, 1, 1, sizeof(v));
+	if ((rc = wimm_kv_put(c, "E", 1, v, sizeof(v), 0)) < 0)
+		die("expirer: first put: %s", wimm_kv_strerror(rc));
+	if ((rc = wimm_kv_put_begin(c, "E", 1, sizeof(v), 0, &buf)) < 0)
+		die("expirer: begin: %s", wimm_kv_strerror(rc));
+	make_value(buf, 7, 1, 2, sizeof(v));
+	/* Three grant times, well inside the liveness bound. */
+	usleep((useconds_t)atoi(a[2]) * 3000u);
+	if ((rc = wimm_kv_put_commit(c)) != WIMM_KV_E_EXPIRED)
+		die("expirer: late commit: %s, expected EXPIRED", wimm_kv_strerror(rc));
+	expect_value(c, "E", 7, 1);
+	struct wimm_kv_stats st = stat_of(c);
+	if (st.grants_expired != 1 || st.grants_pending != 0 || st.bad_puts != 0 || st.puts != 1)
+		die("expirer: %llu expired, %llu pending, %llu bad, %llu puts",
+		    (unsigned long long)st.grants_expired, (unsigned long long)st.grants_pending,
+		    (unsigned long long)st.bad_puts, (unsigned long long)st.puts);
+	make_value(v, 7, 1, 3, sizeof(v));
+	if ((rc = wimm_kv_put(c, "E", 1, v, sizeof(v), 0)) < 0)
+		die("expirer: put after the expiry: %s", wimm_kv_strerror(rc));
+	expect_value(c, "E", 7, 3);
+	wimm_kv_close(&c);
+	return 0;
+}
+
 static int role_evict(char **a)
 {
 	unsigned char v[990]; /* + the 32-byte header: one 1 KiB slot */
@@ -532,7 +566,7 @@ static int child_main(int argc, char **argv)
 {
 	const char *role = argv[0];
 	char **a = argv + 1;
-	if (strcmp(role, "server") == 0 && argc == 5)
+	if (strcmp(role, "server") == 0 && argc == 6)
 		return role_server(a);
 	if (strcmp(role, "mixed") == 0 && argc == 7)
 		return role_mixed(a);
@@ -546,6 +580,8 @@ static int child_main(int argc, char **argv)
 		return role_leaser(a);
 	if (strcmp(role, "checker") == 0 && argc == 4)
 		return role_checker(a);
+	if (strcmp(role, "expirer") == 0 && argc == 4)
+		return role_expirer(a);
 	if (strcmp(role, "evict") == 0 && argc == 3)
 		return role_evict(a);
 	if (strcmp(role, "full") == 0 && argc == 3)
@@ -656,14 +692,16 @@ static void kill_all(void)
 static struct kid *server;
 static char addr[96];
 static unsigned long long srv_stats[7];
+static char srv_grant_ms[16] = "0"; /* the next server's grant time (0: default) */
 
 static void start_server(const char *fabric, const char *memory, const char *clients,
 			 const char *lease)
 {
 	char line[64];
 	const char *host = getenv("WIMM_TEST_HOST") ? getenv("WIMM_TEST_HOST") : "127.0.0.1";
-	server = spawn("server", (char *const[]){"server", (char *)fabric, (char *)memory,
-						 (char *)clients, (char *)lease, NULL});
+	server =
+	    spawn("server", (char *const[]){"server", (char *)fabric, (char *)memory,
+					    (char *)clients, (char *)lease, srv_grant_ms, NULL});
 	if (read_line(server, line, sizeof(line), 20.0 * scale()) < 0 || atoi(line) <= 0) {
 		kill_all();
 		die("the server did not start");
@@ -792,6 +830,14 @@ static int scenario(const char *fabric, const char *name)
 		spawn("lease2", (char *const[]){"checker", (char *)fabric, addr, "lease2", NULL});
 		fails += run_kids(first, 30.0 * scale());
 		fails += stop_server() != 0;
+	} else if (strcmp(name, "expiry") == 0) {
+		snprintf(srv_grant_ms, sizeof(srv_grant_ms), "%d", 300 * scale());
+		start_server(fabric, "262144", "2", "200");
+		first = nkids;
+		spawn("expirer",
+		      (char *const[]){"expirer", (char *)fabric, addr, srv_grant_ms, NULL});
+		fails += run_kids(first, 60.0 * scale());
+		fails += stop_server() != 0;
 	} else if (strcmp(name, "evict") == 0 || strcmp(name, "full") == 0 ||
 		   strcmp(name, "input") == 0) {
 		start_server(fabric, "262144", "2", "200");
@@ -800,7 +846,8 @@ static int scenario(const char *fabric, const char *name)
 		fails += run_kids(first, 60.0 * scale());
 		fails += stop_server() != 0;
 	} else {
-		die("unknown scenario %s (mixed overwrite crash hostile lease evict full input)",
+		die("unknown scenario %s (mixed overwrite crash hostile lease expiry evict full "
+		    "input)",
 		    name);
 	}
 	kill_all();

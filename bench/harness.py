@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""The like-for-like benchmark: wimm against every peer available here.
+
+  harness.py [--build DIR] [--name NAME] [--out DIR] [--guest] [--note TEXT]
+
+Runs every group of plan.py once per round (wimm's cases and the peers' in
+turn, their order reversed every other round so drift hits both alike),
+keeps every run in bench/results/<name>-<date>.json, then writes the report
+(report.py): the markdown tables with the verdicts and the PNG plots.
+BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5).
+Progress goes to stderr. Exits 1 when a tool ran another transport than the
+one claimed (its figures would be mislabelled), 2 on bad usage.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plan  # noqa: E402
+import report  # noqa: E402
+import runners  # noqa: E402
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+PROJECT_DIR = os.path.dirname(BENCH_DIR)
+PEER_TOOLS = ["fi_pingpong", "ucx_perftest", "ib_send_lat", "ib_write_lat", "ib_write_bw",
+              "ib_send_bw"]
+
+
+def say(text):
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+def find_wimm(build):
+    for candidate in ("tools/wimm", "wimm", "bin/wimm"):
+        path = os.path.join(build, candidate)
+        if os.access(path, os.X_OK):
+            # Relative to the project when inside it: the commands recorded
+            # in the results then name no folder of this machine.
+            path = os.path.abspath(path)
+            rel = os.path.relpath(path, PROJECT_DIR)
+            return path if rel.startswith("..") else os.path.join(".", rel)
+    raise SystemExit(f"bench: no wimm executable under {build} (build it first: make build)")
+
+
+def wimm_fabrics(wimm):
+    """Every fabric `wimm info --json` lists, once, in its order."""
+    out = runners.subprocess.run([wimm, "info", "--json"], capture_output=True, text=True,
+                                 timeout=60)
+    if out.returncode != 0:
+        raise SystemExit(f"bench: wimm info --json failed: {out.stderr.strip()}")
+    seen = []
+    for f in json.loads(out.stdout)["fabrics"]:
+        if f["fabric"] not in seen:
+            seen.append(f["fabric"])
+    return seen
+
+
+class Runner:
+    """Runs cases, keeps every record."""
+
+    def __init__(self, wimm, work, host):
+        self.wimm, self.work, self.host = wimm, work, host
+        self.records = []
+
+    def execute(self, case, device=None):
+        tool = case["tool"]
+        if tool == "wimm":
+            return runners.run_wimm(self.wimm, self.work, case["mode"], case["fabric"],
+                                    case["args"], host=self.host)
+        if tool == "fi_pingpong":
+            return runners.run_fi_pingpong(self.work, case["provider"], case["ep_type"],
+                                           case["size"], case["iters"])
+        if tool == "ucx_perftest":
+            return runners.run_ucx(self.work, case["test"], case["tls"], case["size"],
+                                   case["iters"])
+        return runners.run_perftest(self.work, tool, device, case["size"], case["iters"],
+                                    self.host)
+
+
+def probe_fabrics(runner, fabrics):
+    """A short ping-pong on each fabric: the ones that cannot run one are
+    reported as unusable instead of failing every round."""
+    usable, unusable = [], {}
+    for fabric in fabrics:
+        try:
+            runners.run_wimm(runner.wimm, runner.work, "pingpong", fabric, ["-n", "200"],
+                             host=runner.host, timeout=45)
+            usable.append(fabric)
+        except runners.RunError as e:
+            unusable[fabric] = str(e)[-400:]
+            say(f"fabric {fabric} is unusable here: {str(e)[-200:]}")
+    return usable, unusable
+
+
+def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None):
+    total = rounds * sum(len(g) for g in groups)
+    done, start = 0, time.monotonic()
+    failed = {}  # key -> error: a case that timed out once is not retried
+    for rnd in range(1, rounds + 1):
+        for group in groups:
+            order = group if rnd % 2 else list(reversed(group))
+            for case in order:
+                done += 1
+                elapsed = time.monotonic() - start
+                left = elapsed / (done - 1) * (total - done + 1) if done > 1 else 0
+                say(f"round {rnd}/{rounds} [{done}/{total}, {elapsed / 60:.1f} min, "
+                    f"~{left / 60:.1f} min left] {case['key']}")
+                record = {k: v for k, v in case.items() if k != "args"}
+                record.update(round=rnd, time=round(time.time(), 3))
+                if case["key"] in failed:
+                    record.update(ok=False, error="skipped: timed out in an earlier round")
+                else:
+                    try:
+                        record.update(runner.execute(case, device), ok=True)
+                    except runners.RunError as e:
+                        if e.costly:
+                            failed[case["key"]] = str(e)
+                        record.update(ok=False, error=str(e)[-600:])
+                        say(f"run failed: {str(e)[-300:]}")
+                runner.records.append(record)
+            # A run killed from outside (the guest's time limit) leaves
+            # every group finished so far on disk.
+            checkpoint()
+
+
+def machine(note):
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"host": platform.node(), "cpu": cpu, "cores": os.cpu_count(),
+            "kernel": platform.release(), "note": note}
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def tool_versions(wimm):
+    versions = {}
+    for name, argv in (("wimm", [wimm, "--version"]), ("libfabric", ["fi_info", "--version"]),
+                       ("ucx", ["ucx_info", "-v"])):
+        try:
+            out = runners.subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            versions[name] = " ".join(out.stdout.split()[:4])
+        except (OSError, runners.subprocess.TimeoutExpired):
+            pass
+    return versions
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--name", default=None, help="results file prefix (default: host or "
+                        "softroce)")
+    parser.add_argument("--out", default=os.path.join(BENCH_DIR, "results"))
+    parser.add_argument("--guest", action="store_true",
+                        help="in the Soft-RoCE guest: verbs fabrics against perftest")
+    parser.add_argument("--device", default=os.environ.get("DEVICE", "rxe0"))
+    parser.add_argument("--host", default=None, help="address the clients connect to")
+    parser.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""))
+    args = parser.parse_args()
+    full = os.environ.get("BENCH_FULL", "") not in ("", "0")
+    rounds_text = os.environ.get("BENCH_ROUNDS", "5")
+    rounds = int(rounds_text) if rounds_text.isdigit() else 0
+    if rounds < 5:
+        parser.error(f"BENCH_ROUNDS={rounds_text!r}: give a number of at least 5 (medians of "
+                     "fewer rounds say little)")
+    settings = plan.Settings(full, rounds, guest=args.guest)
+    name = args.name or ("softroce" if args.guest else "host")
+    host = args.host or ("192.0.2.1" if args.guest else "127.0.0.1")
+
+    # The recorded commands run from the project folder.
+    args.build, args.out = os.path.abspath(args.build), os.path.abspath(args.out)
+    os.chdir(PROJECT_DIR)
+    wimm = find_wimm(args.build)
+    fabrics = wimm_fabrics(wimm)
+    if args.guest:
+        fabrics = [f for f in fabrics if f.startswith("verbs:")]
+    else:
+        fabrics = [f for f in fabrics if not f.startswith("verbs:")]
+    available = {t for t in PEER_TOOLS if shutil.which(t)}
+    say(f"fabrics listed: {', '.join(fabrics)}; peers here: {', '.join(sorted(available))}")
+    date = datetime.datetime.now(datetime.timezone.utc)
+    meta = {"date": date.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(args.note),
+            "load_before": loadavg(), "versions": tool_versions(wimm),
+            "settings": settings.describe(), "peers": sorted(available)}
+    if args.guest:
+        try:
+            with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+                meta["clocksource"] = f.read().strip()
+        except OSError:
+            meta["clocksource"] = "unknown"
+    with tempfile.TemporaryDirectory(prefix="wimm-bench-") as work:
+        runner = Runner(wimm, work, host)
+        usable, unusable = probe_fabrics(runner, fabrics)
+        meta.update(fabrics=usable, unusable=unusable)
+        groups = plan.build(settings, usable, available)
+        started = time.monotonic()
+        os.makedirs(args.out, exist_ok=True)
+        stem = os.path.join(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")
+
+        def checkpoint():
+            partial = dict(meta, aborted=f"incomplete: {len(runner.records)} runs so far")
+            with open(stem + ".json.tmp", "w") as f:
+                json.dump({"meta": partial, "runs": runner.records}, f, indent=1)
+            os.replace(stem + ".json.tmp", stem + ".json")
+
+        # Interrupted (Ctrl-C, SIGTERM), the runs so far are still written.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            run_rounds(runner, groups, rounds, args.device, checkpoint)
+        except runners.TransportError as e:
+            say(f"error: {e}")
+            meta["aborted"] = str(e)
+        except KeyboardInterrupt:
+            meta["aborted"] = (f"interrupted after {len(runner.records)} of "
+                               f"{rounds * sum(len(g) for g in groups)} runs: the later "
+                               "groups have fewer rounds than the earlier ones")
+            say(meta["aborted"])
+        finally:
+            runners.kill_live_servers()
+        meta["load_after"] = loadavg()
+        meta["minutes"] = round((time.monotonic() - started) / 60, 1)
+    with open(stem + ".json", "w") as f:
+        json.dump({"meta": meta, "runs": runner.records}, f, indent=1)
+    say(f"raw results: {stem}.json")
+    report.write(stem)
+    if "aborted" in meta:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""What the harness measures: groups of cases, each group one point (a size,
+an offered rate, a chunk size) that wimm and its peers measure in turn, once
+per round. A case is a dict: "key" (unique, names the figure), "tool", and
+the parameters its runner needs.
+
+Peers by transport class of the wimm fabric:
+  loopback TCP (ofi:tcp, ofi:net, ofi:sockets, ofi:udp..)  fi_pingpong -p tcp -e msg,
+                                                            ucx_perftest UCX_TLS=tcp
+  intra-host (ofi:shm and any other fabric, e.g. ipc)      fi_pingpong -p shm -e rdm,
+                                                            ucx_perftest UCX_TLS=sm
+  verbs:<device> (the Soft-RoCE guest)                     perftest ib_*_lat / ib_*_bw
+"""
+import re
+
+STRATEGIES = ["write_imm", "write_send", "send_imm", "write_poll"]
+WAIT_MODES = ["spin", "adaptive", "block"]
+MIB = 1 << 20
+
+
+class Settings:
+    """Sizes, iterations and rounds: the quick default or BENCH_FULL."""
+
+    def __init__(self, full, rounds, guest=False):
+        self.full, self.rounds, self.guest = full, rounds, guest
+        scale = 10 if guest else 1  # the TCG guest is about ten times slower
+        self.lat_sizes = [8, 1200]
+        self.rate_sizes = [8, 64, 4096] if guest else [8, 4096]
+        # Quick: perftest's own defaults (1000 round trips, 5000 messages) x2.
+        self.lat_iters = (20000 if full else 2000) // scale
+        self.rate_iters = (50000 if full else 10000) // scale
+        # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a);
+        # the guest's perftest pairs write_poll with ib_write_lat too.
+        self.lat_ops = STRATEGIES if full or guest else ["write_imm", "write_send"]
+        if full:
+            self.curve_sizes = [1 << k for k in range(0, 23)]  # 1 B .. 4 MiB
+            self.cpu_rates = [1000, 3000, 10000, 30000, 100000, 300000]
+            self.chunks = [4096 << k for k in range(0, 9)]  # 4 KiB .. 1 MiB
+            self.bulk_iters = 5
+        else:
+            self.curve_sizes = [1, 1024, 65536, 4 * MIB]  # powers of 4, a few
+            self.cpu_rates = [2000, 20000, 100000]
+            self.chunks = [4096, 65536, MIB]
+            self.bulk_iters = 2
+        if guest:
+            self.cpu_rates = [r for r in self.cpu_rates if r <= 30000]
+            if not full:
+                self.curve_sizes = [1, 256, 65536, 4 * MIB]
+        self.cpu_seconds = 0.2 if not full else 0.5
+        self.bulk_size = 16 * MIB if guest else 64 * MIB
+
+    def curve_lat_iters(self, size):
+        most, volume = (5000, 128 * MIB) if self.full else (1000, 8 * MIB)
+        return max(20, min(most, (volume // 10 ** self.guest) // max(size, 1)))
+
+    def curve_bw_iters(self, size):
+        most, volume = (50000, 256 * MIB) if self.full else (10000, 32 * MIB)
+        return max(32, min(most, (volume // 10 ** self.guest) // max(size, 1)))
+
+    def describe(self):
+        return {"full": self.full, "rounds": self.rounds, "guest": self.guest,
+                "lat_sizes": self.lat_sizes, "rate_sizes": self.rate_sizes,
+                "lat_iters": self.lat_iters, "lat_ops": self.lat_ops, "rate_iters": self.rate_iters,
+                "curve_sizes": self.curve_sizes, "cpu_rates": self.cpu_rates,
+                "cpu_seconds": self.cpu_seconds, "chunks": self.chunks,
+                "bulk_size": self.bulk_size, "bulk_iters": self.bulk_iters}
+
+
+def transport_class(fabric):
+    if fabric.startswith("verbs:"):
+        return "verbs"
+    providers = re.split(r"[:;]", fabric)[1:]
+    if any(p in ("tcp", "net", "sockets", "udp") for p in providers):
+        return "tcp"
+    return "intra-host"
+
+
+# Peers of each class: (tool, label, runner parameters).
+def latency_peers(cls, available):
+    peers = []
+    if cls == "verbs":
+        for tool in ("ib_send_lat", "ib_write_lat"):
+            if tool in available:
+                peers.append({"tool": tool, "label": tool})
+        return peers
+    prov, ep, tls = ("tcp", "msg", "tcp") if cls == "tcp" else ("shm", "rdm", "sm")
+    if "fi_pingpong" in available:
+        peers.append({"tool": "fi_pingpong", "label": f"fi_pingpong -p {prov} -e {ep}",
+                      "provider": prov, "ep_type": ep})
+    if "ucx_perftest" in available:
+        peers.append({"tool": "ucx_perftest", "label": f"ucp_am_lat UCX_TLS={tls}",
+                      "test": "ucp_am_lat", "tls": tls})
+    return peers
+
+
+def rate_peers(cls, available):
+    if cls == "verbs":
+        return [{"tool": t, "label": t} for t in ("ib_write_bw", "ib_send_bw") if t in available]
+    if "ucx_perftest" not in available:
+        return []
+    tls = "tcp" if cls == "tcp" else "sm"
+    return [{"tool": "ucx_perftest", "label": f"{t} UCX_TLS={tls}", "test": t, "tls": tls}
+            for t in ("ucp_am_bw", "ucp_put_bw")]
+
+
+def _peer_case(kind, cls, peer, size, iters):
+    return dict(peer, key=f"{kind}|{cls}|{peer['label']}|{size}", kind=kind, cls=cls,
+                size=size, iters=iters)
+
+
+def _wimm_case(kind, fabric, mode, op, size, args, **extra):
+    label = extra.pop("label", op)
+    return dict(extra, key=f"{kind}|{fabric}|{label}|{size}", kind=kind, tool="wimm",
+                fabric=fabric, cls=transport_class(fabric), mode=mode, op=op, size=size,
+                label=label, args=["-o", op, "-s", str(size)] + args)
+
+
+def build(settings, fabrics, available):
+    """The groups, in the order one round runs them."""
+    s = settings
+    classes = sorted({transport_class(f) for f in fabrics})
+    groups = []
+    def point(kind, mode, size, cls, ops, iters, peers):
+        """wimm's cases of one point on the fabrics of a class, then the peers'."""
+        g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)])
+             for f in fabrics if transport_class(f) == cls for op in ops]
+        return g + [_peer_case(kind, cls, p, size, iters) for p in peers]
+
+    # Latency at the goal sizes, then the latency peers.
+    for size in s.lat_sizes:
+        ops = [op for op in s.lat_ops if op != "write_send" or size == 1200 or s.full]
+        groups += [point("lat", "pingpong", size, cls, ops, s.lat_iters,
+                         latency_peers(cls, available)) for cls in classes]
+    # Message rate of the strategies, then the rate peers.
+    for size in s.rate_sizes:
+        groups += [point("rate", "rate", size, cls, STRATEGIES, s.rate_iters,
+                         rate_peers(cls, available)) for cls in classes]
+    # Curves: write_imm latency and bandwidth over the sizes.
+    for size in s.curve_sizes:
+        for cls in classes:
+            groups.append(
+                point("curve_lat", "pingpong", size, cls, ["write_imm"],
+                      s.curve_lat_iters(size), latency_peers(cls, available))
+                + point("curve_bw", "rate", size, cls, ["write_imm"], s.curve_bw_iters(size),
+                        rate_peers(cls, available)))
+    # Receiver CPU per doorbell at fixed offered rates, per wait mode.
+    for rate in s.cpu_rates:
+        n = max(200, int(rate * s.cpu_seconds))
+        groups.append([_wimm_case("cpu", f, "rate", "write_imm", 8,
+                                  ["-n", str(n), "--rate", str(rate), "--wait", mode],
+                                  label=f"{mode}@{rate}", wait=mode, offered=rate)
+                       for f in fabrics for mode in WAIT_MODES])
+    # Claim (b): a transfer as per-chunk doorbells or plain writes + one.
+    for chunk in s.chunks:
+        groups.append([_wimm_case("bulk", f, "bulk", "write_imm", s.bulk_size,
+                                  ["-n", str(s.bulk_iters), "--chunk", str(chunk),
+                                   "--notify", notify],
+                                  label=f"{notify}@{chunk}", notify=notify, chunk=chunk)
+                       for f in fabrics for notify in ("each", "last")])
+    return [g for g in groups if g]

@@ -1,0 +1,164 @@
+"""The harness's statistics, verdicts and parsers on fixed inputs (ctest
+bench.harness): the medians over rounds, the ratio direction of each goal,
+where curves cross, the UCX transport check and the report of a results
+file with a failed run and an unusable fabric."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import goals  # noqa: E402
+import plan  # noqa: E402
+import report  # noqa: E402
+import runners  # noqa: E402
+from stats import Index, crossing, figure, ratio, verdict  # noqa: E402
+
+UCX_LOG = """\
+[1796117746.328700] [vm:23404:0]     ucp_context.c:1849 UCX  INFO  Version 1.13.1
+[1796117746.332415] [vm:23404:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: am(tcp/lo tcp/eth0)
+[1796117746.332415] [vm:23404:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[1]: rma(sysv/memory posix/memory)
+"""
+
+
+def run(key, kind, rnd, ok=True, **fig):
+    return dict(fig, key=key, kind=kind, round=rnd, ok=ok, tool=fig.pop("tool", "wimm"))
+
+
+class StatsTest(unittest.TestCase):
+    def test_median_over_rounds_skips_failed_runs(self):
+        ix = Index([run("k", "lat", 1, avg_us=3.0), run("k", "lat", 2, avg_us=1.0),
+                    run("k", "lat", 3, avg_us=2.0), run("k", "lat", 4, ok=False, avg_us=99.0)])
+        self.assertEqual(ix.median("k", "avg_us"), 2.0)
+        self.assertEqual(ix.count("k"), (3, 4))
+        self.assertIsNone(ix.median("other", "avg_us"))
+
+    def test_derived_figures(self):
+        r = run("k", "cpu", 1, rx_cpu_user_s=0.01, rx_cpu_sys_s=0.03, rx_doorbells=1000,
+                bw_mbps=2.5, iters=4)
+        self.assertAlmostEqual(figure(r, "cpu_us_per_doorbell"), 40.0)
+        self.assertAlmostEqual(figure(r, "bw_Bps"), 2.5e6)
+        self.assertAlmostEqual(figure(r, "bulk_cpu_ms"), 10.0)
+        # A peer's bytes/s are its own figure, not wimm's MB/s.
+        self.assertEqual(figure(dict(r, tool="ucx_perftest", bw_Bps=7.0), "bw_Bps"), 7.0)
+
+    def test_verdict_directions(self):
+        self.assertEqual(verdict(ratio(1.0, 1.0), 1.00), "met")
+        self.assertEqual(verdict(ratio(1.1, 1.0), 1.00), "missed")
+        self.assertEqual(verdict(ratio(0.9, 1.0), 0.95, lower_is_better=False), "missed")
+        self.assertEqual(verdict(ratio(2.0, 1.0), 1.00, lower_is_better=False), "met")
+        self.assertEqual(verdict(ratio(None, 1.0), 1.00), "n/a")
+        self.assertEqual(verdict(ratio(1.0, 0), 1.00), "n/a")
+
+    def test_crossing(self):
+        x, how = crossing([1000, 10000], [10.0, 1.0], [5.0, 5.0])
+        self.assertTrue(1000 < x < 10000)
+        self.assertEqual(how, "a above b before")
+        self.assertIsNone(crossing([1, 2, 4], [3, 3, 3], [1, 1, 1]))
+        self.assertIsNone(crossing([1, 2], [None, 3], [1, 1]))
+
+
+class ParseTest(unittest.TestCase):
+    def test_ucx_transports(self):
+        self.assertEqual(runners._ucx_transports(UCX_LOG), {"tcp", "sysv", "posix"})
+        self.assertFalse({"tcp", "sysv"} <= runners.UCX_ALLOWED["tcp"])
+        self.assertTrue({"sysv", "posix"} <= runners.UCX_ALLOWED["sm"])
+
+    def test_ucx_lanes_checked(self):
+        self.assertEqual(runners.check_ucx_lanes(UCX_LOG.split("\n")[1], "tcp", "c"), {"tcp"})
+        with self.assertRaisesRegex(runners.TransportError, r"UCX_TLS=tcp ran over \['posix'"):
+            runners.check_ucx_lanes(UCX_LOG, "tcp", "c")
+        with self.assertRaisesRegex(runners.TransportError, "reported no lanes"):
+            runners.check_ucx_lanes("UCX  INFO  Version 1.13.1", "sm", "c")
+
+    def test_transport_classes(self):
+        self.assertEqual(plan.transport_class("ofi:tcp"), "tcp")
+        self.assertEqual(plan.transport_class("ofi:tcp;ofi_rxm"), "tcp")
+        self.assertEqual(plan.transport_class("ofi:shm"), "intra-host")
+        # A fabric the harness has never heard of is compared intra-host.
+        self.assertEqual(plan.transport_class("ipc"), "intra-host")
+        self.assertEqual(plan.transport_class("verbs:rxe0"), "verbs")
+
+    def test_backtrace_frames_left_out(self):
+        text = "wimm:1 terminated with signal 11\n/lib/libfabric.so.1(+0xbb)[0x7f]\nend"
+        self.assertEqual(runners._tail(text), "wimm:1 terminated with signal 11 | end")
+
+
+@unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
+class WimmRunTest(unittest.TestCase):
+    def test_fabric_other_than_asked_is_refused(self):
+        # "auto" opens a real fabric and wimm names it: not the one asked for.
+        with tempfile.TemporaryDirectory() as work:
+            with self.assertRaisesRegex(runners.TransportError, "asked for auto"):
+                runners.run_wimm(os.environ["WIMM"], work, "pingpong", "auto", ["-n", "100"])
+
+    def test_failed_run_says_why(self):
+        with tempfile.TemporaryDirectory() as work:
+            with self.assertRaisesRegex(runners.RunError, "server did not start"):
+                runners.run_wimm(os.environ["WIMM"], work, "pingpong", "nosuch:fabric",
+                                 ["-n", "100"])
+
+
+class UsageTest(unittest.TestCase):
+    HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness.py")
+
+    def harness(self, env, *args):
+        return subprocess.run([sys.executable, self.HARNESS] + list(args), capture_output=True,
+                              text=True, env=dict(os.environ, **env), timeout=60)
+
+    def test_too_few_rounds_refused(self):
+        for rounds in ("3", "x"):
+            done = self.harness({"BENCH_ROUNDS": rounds}, "--build", "/nonexistent")
+            self.assertEqual(done.returncode, 2)
+            self.assertIn(f"BENCH_ROUNDS={rounds!r}: give a number of at least 5", done.stderr)
+
+    def test_missing_build_named(self):
+        done = self.harness({}, "--build", "/nonexistent")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("no wimm executable under /nonexistent", done.stderr)
+
+
+class ReportTest(unittest.TestCase):
+    def test_report_of_a_results_file(self):
+        settings = plan.Settings(False, 5)
+        settings.lat_sizes, settings.curve_sizes = [8, 1200], [65536]
+        meta = {"date": "d", "machine": {"cpu": "c", "cores": 2, "kernel": "k", "note": ""},
+                "load_before": "1", "load_after": "2", "versions": {}, "peers": ["fi_pingpong"],
+                "settings": settings.describe(), "fabrics": ["ofi:tcp"],
+                "unusable": {"ofi:sockets": "wimm: client: timed out"}}
+        runs = []
+        for rnd in range(1, 6):
+            for size in (8, 1200):
+                runs.append(run(f"lat|ofi:tcp|write_imm|{size}", "lat", rnd, fabric="ofi:tcp",
+                                cls="tcp", size=size, label="write_imm", avg_us=4.0 + rnd,
+                                median_us=4.0))
+                runs.append(run(f"lat|tcp|fi_pingpong -p tcp -e msg|{size}", "lat", rnd,
+                                tool="fi_pingpong", cls="tcp", size=size,
+                                label="fi_pingpong -p tcp -e msg", avg_us=8.0))
+            runs.append(run("lat|ofi:tcp|write_send|1200", "lat", rnd, fabric="ofi:tcp",
+                            cls="tcp", size=1200, label="write_send", ok=rnd != 3,
+                            median_us=6.0, error="wimm: client: the peer left"))
+        ix = Index(runs)
+        rows = goals.latency(ix, meta)
+        self.assertEqual([r["verdict"] for r in rows], ["met", "met"])
+        self.assertAlmostEqual(rows[0]["ratio"], 7.0 / 8.0)
+        claim = goals.write_send_claim(ix, meta)[0]
+        self.assertEqual((claim["ratio"], claim["verdict"]), (1.5, "holds"))
+        with tempfile.TemporaryDirectory() as d:
+            stem = os.path.join(d, "t")
+            with open(stem + ".json", "w") as f:
+                json.dump({"meta": meta, "runs": runs}, f)
+            with open(stem + ".json") as f:
+                text = report.render(json.load(f), stem)
+            self.assertTrue(os.path.exists(stem + "-latency.png"))
+        self.assertIn("| latency 8 B, write_imm vs fi_pingpong -p tcp -e msg (avg/avg) | ofi:tcp"
+                      " | 7.00 µs | 8.00 (fi_pingpong -p tcp -e msg) | 0.88x | ≤ 1.00x | **met** |",
+                      text)
+        self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
+        self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,188 @@
+/* Private declarations of the ipc backend (URI "ipc"): intra-host
+ * connections over shared memory. Files: ipc_ctx.c (context, regions and
+ * their key table, limits, wake-up), ipc_cm.c (abstract unix sockets:
+ * listen, connect, accept, fd passing), ipc_conn.c (connections, mapping,
+ * posting), ipc_poll.c (consuming the peers' rings, retiring our own,
+ * liveness). The layout both processes share is in ipc_wire.h. */
+#ifndef WIMM_IPC_INTERNAL_H
+#define WIMM_IPC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "core/handshake.h"
+#include "ipc/ipc_wire.h"
+
+#define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
+#define IPC_MAX_MSG (8u << 20)	   /* half of it: one always fits */
+/* Past this point of the data area a post first retires what it can, so
+ * that an idle area starts over at 0: what stays resident is about the
+ * most a connection had in flight, not the whole area. */
+#define IPC_DATA_RESET (1u << 20)
+#define IPC_MAX_DEPTH 16384
+#define IPC_MIN_ENTRIES 64
+#define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */
+#define IPC_HS_READ_MS 2000	   /* a request's handshake must follow its connect */
+#define IPC_PENDING 64		   /* connectors whose handshake is not here yet */
+/* Empty polls a busy connection stays watched (polled directly, its
+ * producer not setting bits): a round trip or two of a ping-pong. */
+#define IPC_LINGER 128
+
+struct ipc_conn;
+
+/* A registered region, found by the key a peer names. */
+struct ipc_mr {
+	uint64_t key;
+	char *addr;
+	size_t len;
+	unsigned access;
+};
+
+struct ipc_ctx {
+	struct wimm_ctx *core;
+	int epfd; /* the wait fd: eventfd + connection sockets */
+	int efd;  /* our eventfd, which peers write when we are armed */
+	int pgfd; /* our wake page (memfd) */
+	struct ipc_page *page;
+	/* Regions by key: open addressing, linear probing, tombstones. */
+	struct ipc_mr **mrs;
+	uint32_t mr_cap, mr_used;
+	/* Connections by index (their bit in our wake page). */
+	struct ipc_conn *tab[IPC_MAX_CONNS];
+	uint32_t next_idx, nconns;
+	/* Connections that may have work (their bit was set, or a drain
+	 * stopped for lack of room): a list, so idle ones cost nothing. */
+	struct ipc_conn *ready;
+	/* Connections with a CONN_UP or CONN_DOWN to report. */
+	struct ipc_conn *evq;
+	int64_t ctrl_next_ns;
+};
+
+struct ipc_tx {
+	uint64_t op_seq;
+	uint64_t data_end; /* data area position after this entry's payload */
+	void *local;	   /* READ: where the bytes go */
+	uint64_t doff;	   /* our own copy: the peer can rewrite the entry */
+	uint32_t len;
+	uint8_t op, signal, internal;
+};
+
+/* One direction as its producer sees it (our tx ring, in our memfd). */
+struct ipc_txq {
+	int fd;
+	struct ipc_ring_hdr *hdr;
+	struct ipc_entry *ent;
+	uint8_t *data;
+	size_t map_len;
+	uint32_t n, mask;
+	uint64_t head, tail;	       /* published / retired */
+	uint64_t data_head, data_tail; /* byte positions in the data area */
+	struct ipc_tx *rec;
+};
+
+/* The other direction as its consumer sees it (the peer's memfd). The
+ * geometry is our own copy, taken once: the peer can rewrite its header. */
+struct ipc_rxq {
+	struct ipc_ring_hdr *hdr;
+	struct ipc_entry *ent;
+	const uint8_t *data;
+	size_t map_len;
+	uint32_t n, mask;
+	uint64_t data_bytes;
+	uint64_t cons;
+};
+
+struct ipc_conn {
+	struct ipc_ctx *ctx;
+	struct wimm_conn *core;
+	uint32_t idx;
+	int sock; /* handshake, fds, then liveness */
+	int in_epoll;
+	int mapped;  /* conn_ready done */
+	int passive; /* made from a request: reports CONN_UP */
+	int cut;     /* conn_shutdown: nothing lands, posts fail */
+	struct ipc_conn *ready_next;
+	int in_ready;
+	struct ipc_conn *evq_next;
+	int in_evq;
+	int up_pending;
+	struct wimm_down down;
+	uint32_t down_left; /* entries the peer may still land once it went */
+	int watching;	    /* in the ready list, our watch flag set */
+	uint32_t linger;    /* empty polls left before we stop watching */
+
+	/* The peer's fds (from its request or its reply) until conn_ready. */
+	int peer_fd[IPC_NFDS];
+	uint32_t peer_idx; /* our bit in its wake page */
+	struct ipc_page *peer_page;
+	int peer_efd;
+
+	uint32_t sq_depth;
+	struct ipc_txq tx;
+	struct ipc_rxq rx;
+
+	uint32_t rx_depth, recv_size;
+	uint8_t *slots;
+	uint64_t rx_delivered, rx_released; /* doorbells handed out / handed back */
+};
+
+struct ipc_req {
+	int sock;
+	int fd[IPC_NFDS];
+	char peer[64];
+};
+
+struct ipc_pend {
+	int fd;
+	int64_t deadline_ms;
+};
+
+struct ipc_lis {
+	struct ipc_ctx *ctx;
+	int sock;
+	int lepfd; /* the listener fd: sock + pending connectors */
+	struct ipc_pend pend[IPC_PENDING];
+	int npend;
+};
+
+/* ipc_ctx.c */
+int ipc_errno_err(struct ipc_ctx *x, int err, const char *what, int code);
+const struct ipc_mr *ipc_mr_find(const struct ipc_ctx *x, uint64_t key);
+void ipc_ready_add(struct ipc_conn *c);
+void ipc_evq_add(struct ipc_conn *c);
+
+/* ipc_cm.c */
+int ipc_listen(void *bctx, const char *host, const char *port, void **blis, int *port_out);
+void ipc_listener_close(void *blis);
+int ipc_listener_fd(void *blis);
+int ipc_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len);
+int ipc_request_peer(void *breq, char *buf, size_t len);
+void ipc_reject(void *breq, const uint8_t *msg, size_t len);
+int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *hs, size_t hs_len,
+		uint8_t *reply, size_t *reply_len, int timeout_ms);
+int ipc_accept(void *bconn, const uint8_t *hs, size_t hs_len);
+void ipc_close_fds(int *fd, int n);
+
+/* ipc_conn.c */
+int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void **bconn);
+int ipc_conn_addr(void *bconn, uint8_t *buf, size_t *len);
+int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer);
+void ipc_conn_shutdown(void *bconn);
+void ipc_conn_delete(void *bconn);
+int ipc_post(void *bconn, const struct wimm_wr *wr);
+/* FETCH_ADD / CMP_SWAP: served by the target's progress, like a read. */
+int ipc_post_atomic(void *bconn, const struct wimm_wr *wr);
+int ipc_rx_release(void *bconn, uint32_t n);
+/* Our fds for the peer: tx memfd, wake page, eventfd. */
+void ipc_conn_fds(const struct ipc_conn *c, int *fd);
+
+/* ipc_poll.c */
+void ipc_conn_down(struct ipc_conn *c, int status, int prov_err);
+/* Retire consumed entries of our tx ring, filling up to room cqes. Stops
+ * at the first that needs a cqe when room is 0; -1 on a broken peer. */
+int ipc_tx_retire(struct ipc_conn *c, struct wimm_cqe *out, int room);
+int ipc_poll(void *bctx, struct wimm_cqe *out, int n);
+int ipc_arm(void *bctx);
+
+#endif

@@ -1,0 +1,133 @@
+/* The ipc fabric's shared-memory layout: what two processes on one host
+ * map, and the one way a writer tells a reader that something arrived.
+ * Everything here is read by a process that must not trust the other, so
+ * every reader copies what it reads before checking it (ipc_poll.c). The
+ * conformance suite's hostile peer writes these structures directly.
+ *
+ * Per process and context, the wake page (one memfd, sealed against
+ * resizing, mapped writable by every peer of the context):
+ *   armed    set by arm() before the owner sleeps on its eventfd
+ *   summary  bit i: bits[i] may have something
+ *   bits     bit k: connection k of the owner may have something
+ *
+ * Per connection and direction, the producer's tx memfd (sealed too):
+ *   line 0   geometry {magic, entries, data bytes} (read once at set-up)
+ *   line 1   watch: the consumer polls this ring (written by the consumer)
+ *   line 2   cons: entries consumed, written by the consumer (release)
+ *   4096     entries[n], 64 bytes each; an entry is published by its seq
+ *            (position + 1, stored last, release): no shared producer index
+ *   ...      data area: payloads longer than an entry's inline bytes
+ *
+ * A producer tells the consumer with ipc_notify() only when the consumer
+ * does not watch the ring (it polls a recently busy connection's next
+ * entry directly), so a stream costs one cache line per message.
+ */
+#ifndef WIMM_IPC_WIRE_H
+#define WIMM_IPC_WIRE_H
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define IPC_MAGIC 0x5749504331ull /* "WIPC1" */
+#define IPC_LINE 64
+#define IPC_HDR_BYTES 4096
+#define IPC_INLINE 24
+#define IPC_MAX_CONNS 4096	   /* 64 summary bits x 64 bits */
+#define IPC_ADDR_LEN 8		   /* conn_addr: magic (4) + our connection index (4) */
+#define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
+#define IPC_NFDS 3		   /* tx memfd, wake page memfd, eventfd */
+
+enum ipc_op {
+	IPC_OP_WRITE = 1,
+	IPC_OP_WRITE_IMM,
+	IPC_OP_SEND_IMM,
+	IPC_OP_READ,
+	IPC_OP_FETCH_ADD, /* inline: operand at 0, compare at 8, the old value at 16 */
+	IPC_OP_CMP_SWAP,
+};
+#define IPC_ATOMIC_OPERAND 0
+#define IPC_ATOMIC_COMPARE 8
+#define IPC_ATOMIC_RESULT 16
+/* The consumer sets the producer's bit after consuming an entry with it. */
+#define IPC_F_NOTIFY 1u
+
+struct ipc_entry {
+	uint32_t seq; /* (uint32_t)(position + 1) once published */
+	uint16_t op;
+	uint16_t flags;
+	uint32_t len;
+	uint32_t imm;
+	uint64_t raddr;
+	uint64_t rkey;
+	int32_t status; /* written by the consumer: 0 or a WIMM_E_* */
+	uint32_t reserved;
+	union {
+		uint64_t doff; /* len > IPC_INLINE: offset in the data area */
+		uint8_t inl[IPC_INLINE];
+	} u;
+};
+_Static_assert(sizeof(struct ipc_entry) == 64, "one entry, one cache line");
+
+struct ipc_ring_hdr {
+	_Alignas(IPC_LINE) uint64_t magic;
+	uint64_t entries; /* a power of two */
+	uint64_t data_bytes;
+	_Alignas(IPC_LINE) uint32_t watch;
+	_Alignas(IPC_LINE) uint64_t cons;
+};
+_Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");
+
+struct ipc_page {
+	_Alignas(IPC_LINE) uint32_t armed;
+	_Alignas(IPC_LINE) uint64_t summary;
+	_Alignas(IPC_LINE) uint64_t bits[IPC_MAX_CONNS / 64];
+};
+#define IPC_PAGE_BYTES 4096
+_Static_assert(sizeof(struct ipc_page) <= IPC_PAGE_BYTES, "wake page fits a page");
+
+static inline struct ipc_entry *ipc_entries(struct ipc_ring_hdr *h)
+{
+	return (struct ipc_entry *)((char *)h + IPC_HDR_BYTES);
+}
+
+static inline size_t ipc_ring_bytes(uint64_t entries, uint64_t data_bytes)
+{
+	return IPC_HDR_BYTES + (size_t)entries * sizeof(struct ipc_entry) + (size_t)data_bytes;
+}
+
+/* The consumer of a ring watches it (watch = 1) while it polls it, or
+ * needs telling: then a producer sets the bits of its wake page. */
+static inline void ipc_wake_bits(struct ipc_page *page, uint32_t idx)
+{
+	uint64_t bit = 1ull << (idx % 64), sbit = 1ull << ((idx / 64) % 64);
+	uint64_t *w = &page->bits[(idx / 64) % (IPC_MAX_CONNS / 64)];
+
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
+		__atomic_fetch_or(w, bit, __ATOMIC_SEQ_CST);
+	if (!(__atomic_load_n(&page->summary, __ATOMIC_RELAXED) & sbit))
+		__atomic_fetch_or(&page->summary, sbit, __ATOMIC_SEQ_CST);
+}
+
+/* Tell the owner of `page` that its connection `idx` has something: the
+ * entry (or the consumption) is published before this is called; `watch`
+ * is the owner's watch flag of that connection. Full fence, then the
+ * watch flag and the bits, then the armed flag: against the owner's store
+ * of watch = 0 (or armed = 1), fence, look at the ring (or the summary),
+ * one of the two sides sees the other (no lost wake-up). The eventfd
+ * write is the only system call, and only towards a sleeper. */
+static inline void ipc_notify(struct ipc_page *page, const uint32_t *watch, int efd, uint32_t idx)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(watch, __ATOMIC_RELAXED)) {
+		ipc_wake_bits(page, idx);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	}
+	if (__atomic_load_n(&page->armed, __ATOMIC_RELAXED)) {
+		uint64_t one = 1;
+		/* Nonblocking (set at set-up): a full counter already wakes. */
+		ssize_t r = write(efd, &one, sizeof(one));
+		(void)r;
+	}
+}
+
+#endif
