@@ -1,7 +1,9 @@
-/* `wimm log bench`: append latency of the log service, visible and durable,
- * at 64 B, 1200 B and 16 KiB, against the same appends announced by a plain
- * write + a separate send (the source article's baseline), interleaved in
- * the same run. The server runs in a child process on a fresh directory. */
+/* `wimm log bench`: append throughput of 1, 8 and 64 writer processes to one
+ * server and to a ledger (log_bench_tput.c), then append latency of the log
+ * service, visible and durable, at 64 B, 1200 B and 16 KiB, against the same
+ * appends announced by a plain write + a separate send (the source
+ * article's baseline), interleaved in the same run. The servers run in
+ * child processes on fresh directories. */
 #include <dirent.h>
 #include <getopt.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <wimm/log.h>
 
 #include "cli.h"
+#include "log_bench.h"
 #include "log_cmd.h"
 
 #define NSIZES 3
@@ -66,11 +69,12 @@ static void rm_dir(const char *dir)
 	rmdir(dir);
 }
 
-static struct wimm_ctx *bench_ctx(const char *fabric, int spin)
+static struct wimm_ctx *bench_ctx(const char *fabric, int spin, uint32_t liveness_ms)
 {
 	struct wimm_ctx *ctx;
 	struct wimm_ctx_attr a = {.spin_us = spin ? 1000000 : 0,
-				  .flags = spin ? WIMM_CTX_POLLING : 0};
+				  .flags = spin ? WIMM_CTX_POLLING : 0,
+				  .liveness_ms = liveness_ms};
 	int rc = wimm_ctx_open(fabric, &a, &ctx);
 	if (rc)
 		cli_fail(NULL, rc, "log bench: open fabric %s", fabric);
@@ -84,12 +88,18 @@ static void say_server(void *arg, enum wimm_log_level lvl, const char *msg)
 		fprintf(stderr, "wimm: log bench: server: %s\n", msg);
 }
 
-static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin)
+static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, int spin,
+				  uint32_t ring)
 {
-	struct wimm_ctx *ctx = bench_ctx(fabric, spin);
+	struct wimm_ctx *ctx = bench_ctx(fabric, spin, ring ? LOG_BENCH_LIVENESS_MS : 0);
 	struct wimm_log_server *s;
-	struct wimm_log_server_attr a = {
-	    .dir = dir, .spin_us = spin ? 1000000 : 0, .log = say_server};
+	/* Throughput (a ring given): 64 ledger writers connect at once, each
+	 * with a probe reader too. */
+	struct wimm_log_server_attr a = {.dir = dir,
+					 .ring_size = ring,
+					 .max_conns = ring ? 160 : 0,
+					 .spin_us = spin ? 1000000 : 0,
+					 .log = say_server};
 	int rc = wimm_log_server_open(ctx, "127.0.0.1:0", &a, &s);
 	if (rc)
 		cli_fail(ctx, rc, "log bench: server");
@@ -105,6 +115,44 @@ static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, 
 	wimm_log_server_close(&s);
 	wimm_ctx_close(&ctx);
 	_exit(0);
+}
+
+/* A server in a child process on a fresh directory: its pid, its address
+ * in addr (exits when it does not start). */
+struct bench_server {
+	pid_t pid;
+	char dir[64], addr[64];
+};
+
+static void server_up(struct bench_server *b, const char *fabric, int spin, uint32_t ring)
+{
+	int pfd[2];
+	snprintf(b->dir, sizeof(b->dir), "/tmp/wimm-log-bench-XXXXXX");
+	if (!mkdtemp(b->dir) || pipe(pfd))
+		cli_die("log bench: cannot make a directory or a pipe");
+	fflush(stdout);
+	b->pid = fork();
+	if (b->pid == 0) {
+		close(pfd[0]);
+		serve_child(fabric, b->dir, pfd[1], spin, ring);
+	}
+	close(pfd[1]);
+	char line[32] = "";
+	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
+	close(pfd[0]);
+	int port = got > 0 ? atoi(line) : 0;
+	if (b->pid < 0 || port <= 0) {
+		rm_dir(b->dir);
+		cli_die("log bench: the server did not start");
+	}
+	snprintf(b->addr, sizeof(b->addr), "127.0.0.1:%d", port);
+}
+
+static void server_down(struct bench_server *b)
+{
+	kill(b->pid, SIGKILL);
+	waitpid(b->pid, NULL, 0);
+	rm_dir(b->dir);
 }
 
 static void one(struct wimm_log_writer *w, const unsigned char *buf, size_t len,
@@ -130,11 +178,13 @@ static void one(struct wimm_log_writer *w, const unsigned char *buf, size_t len,
 int log_bench_main(int argc, char **argv)
 {
 	const char *fabric = "auto";
-	unsigned iters = 2000, rounds = 5, dur_iters = 40;
+	unsigned iters = 2000, rounds = 5, dur_iters = 40, tput_entries = 6400, tput_rounds = 3;
 	int spin = 0;
 	static const struct option opts[] = {{"rounds", 1, NULL, 'r'},
 					     {"spin", 0, NULL, 's'},
 					     {"durable-iters", 1, NULL, 'd'},
+					     {"tput-entries", 1, NULL, 't'},
+					     {"tput-rounds", 1, NULL, 'T'},
 					     {"help", 0, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	int c;
@@ -150,48 +200,47 @@ int log_bench_main(int argc, char **argv)
 			dur_iters = (unsigned)strtoul(optarg, NULL, 0);
 		else if (c == 's')
 			spin = 1;
+		else if (c == 't')
+			tput_entries = (unsigned)strtoul(optarg, NULL, 0);
+		else if (c == 'T')
+			tput_rounds = (unsigned)strtoul(optarg, NULL, 0);
 		else {
-			fputs(
-			    "usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
-			    " [--durable-iters N] [--spin]\n"
-			    "  --spin  server and writers poll instead of sleeping (a core each)\n",
-			    c == 'h' ? stdout : stderr);
+			fputs("usage: wimm log bench [-f FABRIC] [-n ITERS] [--rounds R]"
+			      " [--durable-iters N] [--tput-entries N] [--tput-rounds R] [--spin]\n"
+			      "  --spin  the latency run's server and writers poll instead of "
+			      "sleeping\n"
+			      "  --tput-entries  entries of each throughput run (default 6400)\n",
+			      c == 'h' ? stdout : stderr);
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	if (!iters || !rounds || !dur_iters) {
-		fputs("wimm: log bench: -n, --rounds and --durable-iters must be positive\n",
+	if (!iters || !rounds || !dur_iters || !tput_entries || !tput_rounds) {
+		fputs("wimm: log bench: -n, --rounds, --durable-iters and --tput-* must be "
+		      "positive\n",
 		      stderr);
 		return 2;
 	}
-	char dir[] = "/tmp/wimm-log-bench-XXXXXX";
-	int pfd[2];
-	if (!mkdtemp(dir) || pipe(pfd))
-		cli_die("log bench: cannot make a directory or a pipe");
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(pfd[0]);
-		serve_child(fabric, dir, pfd[1], spin);
-	}
-	close(pfd[1]);
-	server_pid = pid;
-	char line[32] = "";
-	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
-	close(pfd[0]);
-	int port = got > 0 ? atoi(line) : 0;
-	if (pid < 0 || port <= 0) {
-		rm_dir(dir);
-		cli_die("log bench: the server did not start");
-	}
-	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	/* Throughput first: its writers are forked while this process has no
+	 * context. Its servers sleep when idle (64 writers share 2 cores). */
+	struct bench_server tp[4];
+	for (int i = 0; i < 4; i++)
+		server_up(&tp[i], fabric, 0, 256u << 10);
+	struct log_bench_servers sv = {.fabric = fabric,
+				       .single = tp[0].addr,
+				       .ensemble = {tp[1].addr, tp[2].addr, tp[3].addr}};
+	log_bench_tput(&sv, tput_entries, tput_rounds);
+	for (int i = 0; i < 4; i++)
+		server_down(&tp[i]);
+	struct bench_server lat;
+	server_up(&lat, fabric, spin, 0);
+	server_pid = lat.pid;
+	const char *addr = lat.addr;
 	/* Two writers, each a context of its own: one write-with-imm per
 	 * append, and the baseline of write + separate send. */
 	struct wimm_ctx *ctx[2];
 	struct wimm_log_writer *w[2];
 	for (int m = 0; m < 2; m++) {
-		ctx[m] = bench_ctx(fabric, spin);
+		ctx[m] = bench_ctx(fabric, spin, 0);
 		struct wimm_log_writer_attr a = {.id = 0xbe0c0 + (uint64_t)m,
 						 .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
 		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);
@@ -222,7 +271,7 @@ int log_bench_main(int argc, char **argv)
 					wimm_log_writer_poll(idle);
 				}
 			}
-	printf("wimm log bench: %s, %s, %u rounds interleaved, %u visible + %u durable appends "
+	printf("\nwimm log bench: %s, %s, %u rounds interleaved, %u visible + %u durable appends "
 	       "per round, size and method; latency of append + wait, us\n",
 	       wimm_ctx_fabric(ctx[0]), spin ? "spinning" : "adaptive waits", rounds, iters,
 	       dur_iters);
@@ -245,8 +294,6 @@ int log_bench_main(int argc, char **argv)
 		wimm_ctx_close(&ctx[m]);
 	}
 	free(buf);
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	rm_dir(dir);
+	server_down(&lat);
 	return 0;
 }

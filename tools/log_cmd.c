@@ -18,11 +18,16 @@ static void log_usage(FILE *f)
 {
 	fputs("usage: wimm log serve --dir DIR [-f FABRIC] [--port P] [--host H]\n"
 	      "                      [--ring BYTES] [--max-conns N] [--segment BYTES]\n"
-	      "       wimm log append HOST[:PORT] [-f FABRIC] [--port P] [--id ID]\n"
+	      "                      [--retain ENTRIES]\n"
+	      "       wimm log append HOST[:PORT][,HOST...] [-f FABRIC] [--port P] [--id ID]\n"
 	      "                      [--first-seq N] [--gen N --size S|MIN-MAX] [--visible]\n"
 	      "                      [--reconnect] [--progress K] [--inband-hello]\n"
+	      "                      [--ack-quorum Q] [--recover]\n"
 	      "                      (stdin lines without --gen)\n"
+	      "       wimm log recover HOST,HOST... --id ID [--ack-quorum Q] [-f FABRIC]\n"
 	      "       wimm log tail HOST[:PORT] --from POS [--count N] [-f FABRIC] [--port P]\n"
+	      "       wimm log tail HOST,HOST... --ledger ID [--from SEQ] [--count N]\n"
+	      "       wimm log truncate HOST[:PORT] --before POS [-f FABRIC] [--port P]\n"
 	      "       wimm log stat HOST[:PORT] [-f FABRIC] [--port P]\n"
 	      "       wimm log bench [-f FABRIC] [-n ITERS] [--rounds R] [--spin]\n"
 	      "\n"
@@ -33,14 +38,21 @@ static void log_usage(FILE *f)
 	      "        visible); --reconnect resumes after a server restart; --progress K\n"
 	      "        prints 'durable SEQ' every K entries; --inband-hello says hello with\n"
 	      "        the first doorbell, as on verbs (no private data)\n"
+	      "        Several HOSTs (comma-separated or repeated): a replicated ledger, each\n"
+	      "        entry committed once --ack-quorum servers (default a majority) hold it\n"
+	      "        durable; --recover fences the ledger first (an older writer is refused)\n"
+	      "recover fence ledger ID on its servers and settle its last entry\n"
 	      "tail    one line per entry: position, length, CRC32C, writer:seq, the text if\n"
-	      "        printable; follows the log until --count entries were printed\n"
+	      "        printable; follows the log until --count entries were printed; with\n"
+	      "        --ledger, the ledger's committed entries from its servers (SEQ from 1)\n"
+	      "truncate  delete the segment files wholly before position POS\n"
 	      "stat    what the server holds and did\n"
-	      "bench   append latency, visible and durable, against write + separate send\n",
+	      "bench   append latency, visible and durable, against write + separate send;\n"
+	      "        throughput of 1, 8 and 64 writers, and of a ledger E=3, Qa=2\n",
 	      f);
 }
 
-static _Noreturn void log_bad(const char *fmt, const char *arg)
+_Noreturn void log_bad(const char *fmt, const char *arg)
 {
 	fputs("wimm: log: ", stderr);
 	fprintf(stderr, fmt, arg);
@@ -84,7 +96,7 @@ struct wimm_ctx *log_cmd_ctx(const char *fabric)
 	return ctx;
 }
 
-static void say_stderr(void *arg, enum wimm_log_level lvl, const char *msg)
+void log_cmd_say(void *arg, enum wimm_log_level lvl, const char *msg)
 {
 	if (lvl <= WIMM_LOG_INFO)
 		fprintf(stderr, "wimm: log %s: %s\n", (const char *)arg, msg);
@@ -113,7 +125,7 @@ static void crash_setup(void)
 	}
 }
 
-static void crash_point(void)
+void log_cmd_crash_point(void)
 {
 	if (crash_flag)
 		raise(SIGKILL);
@@ -140,7 +152,7 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
-	a->log = say_stderr;
+	a->log = log_cmd_say;
 	a->log_arg = "serve";
 	snprintf(addr, sizeof(addr), "%s:%d", host, port);
 	int rc = wimm_log_server_open(ctx, addr, a, &s);
@@ -157,7 +169,7 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 	       wimm_ctx_fabric(ctx), a->dir, (unsigned long long)st.entries, st.ring_size);
 	fflush(stdout);
 	while (!stop_flag) {
-		crash_point();
+		log_cmd_crash_point();
 		rc = wimm_log_server_run(s, 100);
 		if (rc < 0 && rc != WIMM_E_AGAIN && rc != WIMM_E_TIMEDOUT) {
 			fprintf(stderr, "wimm: log serve: %s (%s): stopping\n", wimm_strerror(rc),
@@ -175,13 +187,6 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 }
 
 /* --------------------------------------------------------------- append */
-
-struct append_opts {
-	uint64_t id, first_seq, gen;
-	size_t min, max;
-	int visible, reconnect, inband;
-	uint64_t progress;
-};
 
 static int append_one(struct wimm_log_writer *w, const struct append_opts *o, const void *data,
 		      size_t len, uint64_t n, uint64_t *seq)
@@ -203,7 +208,7 @@ static int append_one(struct wimm_log_writer *w, const struct append_opts *o, co
 				WIMM_LOG_TRAILER + WIMM_LOG_LONG_HEADER);
 			return 2;
 		}
-		if (rc == WIMM_E_PROTO) {
+		if (rc == WIMM_E_PROTO || rc == WIMM_E_REFUSED) {
 			fprintf(stderr, "wimm: log append: the server refused writer %llx: %s\n",
 				(unsigned long long)o->id, wimm_log_writer_error(w));
 			return 2;
@@ -218,16 +223,8 @@ static int append_one(struct wimm_log_writer *w, const struct append_opts *o, co
 	}
 }
 
-/* stdin lines, read with read(2) so that the writer is polled (its
- * heartbeats, its acks) while no line comes. */
-struct lines {
-	unsigned char *buf;
-	size_t len, cap, start;
-	int eof;
-};
-
-static int next_line(struct lines *l, struct wimm_log_writer *w, const unsigned char **line,
-		     size_t *len)
+int log_next_line(struct log_lines *l, void (*idle)(void *), void *arg, const unsigned char **line,
+		  size_t *len)
 {
 	for (;;) {
 		unsigned char *p = l->buf ? l->buf + l->start : NULL;
@@ -254,7 +251,7 @@ static int next_line(struct lines *l, struct wimm_log_writer *w, const unsigned 
 		}
 		struct pollfd pf = {.fd = 0, .events = POLLIN};
 		if (poll(&pf, 1, 200) == 0) {
-			wimm_log_writer_poll(w);
+			idle(arg);
 			continue;
 		}
 		ssize_t r = read(0, l->buf + l->len, l->cap - l->len);
@@ -278,6 +275,11 @@ static int wait_all(struct wimm_log_writer *w, const struct append_opts *o, uint
 	}
 }
 
+static void writer_idle(void *w)
+{
+	wimm_log_writer_poll(w);
+}
+
 static int cmd_append(const char *fabric, const char *addr, struct append_opts *o)
 {
 	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
@@ -288,10 +290,10 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 					 .first_seq = o->first_seq,
 					 .timeout_ms = 15000,
 					 .flags = o->inband ? WIMM_LOG_WRITER_INBAND_HELLO : 0,
-					 .log = say_stderr,
+					 .log = log_cmd_say,
 					 .log_arg = "append"};
 	int rc = wimm_log_writer_open(ctx, addr, &a, &w);
-	if (rc == WIMM_E_PROTO) {
+	if (rc == WIMM_E_PROTO || rc == WIMM_E_REFUSED) {
 		fprintf(stderr, "wimm: log append: the server at %s refused writer %llx\n", addr,
 			(unsigned long long)o->id);
 		wimm_ctx_close(&ctx);
@@ -302,7 +304,7 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 	uint64_t first = 0, seq = 0, n = 0;
 	unsigned char *buf = NULL;
 	const unsigned char *data = NULL;
-	struct lines in = {0};
+	struct log_lines in = {0};
 	int status = 0;
 	if (o->gen) {
 		buf = malloc(o->max ? o->max : 1);
@@ -318,10 +320,10 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 			wimm_log_writer_state(w, &ws);
 			len = log_gen_size(o->id, ws.appended + 1, o->min, o->max);
 			log_gen_fill(buf, len, o->id, ws.appended + 1);
-		} else if (!next_line(&in, w, &data, &len)) {
+		} else if (!log_next_line(&in, writer_idle, w, &data, &len)) {
 			break;
 		}
-		crash_point();
+		log_cmd_crash_point();
 		status = append_one(w, o, o->gen ? buf : data, len, n, &seq);
 		if (status)
 			break;
@@ -363,19 +365,15 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 
 /* ------------------------------------------------------------ tail, stat */
 
-struct tail_state {
-	uint64_t printed, count;
-};
-
-static int print_entry(void *arg, const struct wimm_log_entry *e)
+int log_cmd_print_entry(void *arg, const struct wimm_log_entry *e)
 {
-	struct tail_state *t = arg;
+	struct log_tail_state *t = arg;
 	const unsigned char *p = e->data;
 	int text = 1;
 	for (uint32_t i = 0; i < e->len && text; i++)
 		text = (p[i] >= 0x20 && p[i] < 0x7f) || p[i] == '\t';
-	printf("%llu %u %08x %llx:%llu", (unsigned long long)e->pos, e->len, e->crc,
-	       (unsigned long long)e->writer_id, (unsigned long long)e->seq);
+	printf("%llu %u %08x %llx:%llu", (unsigned long long)(t->by_seq ? e->seq : e->pos), e->len,
+	       e->crc, (unsigned long long)e->writer_id, (unsigned long long)e->seq);
 	if (text && e->len)
 		printf(" %.*s", (int)e->len, (const char *)p);
 	putchar('\n');
@@ -387,14 +385,20 @@ static int cmd_tail(const char *fabric, const char *addr, uint64_t from, uint64_
 {
 	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
 	struct wimm_log_reader *r;
-	struct tail_state t = {.count = count};
+	struct log_tail_state t = {.count = count};
 	int rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
 	if (rc)
 		cli_fail(ctx, rc, "log tail: connect to %s", addr);
 	while (!count || t.printed < count) {
 		uint64_t left = count ? count - t.printed : 0;
 		int n = wimm_log_read(r, from, left > 1000000 ? 1000000 : (uint32_t)left,
-				      print_entry, &t, 10000);
+				      log_cmd_print_entry, &t, 10000);
+		if (n == WIMM_E_RANGE) {
+			fprintf(stderr, "wimm: log tail: %s\n", wimm_log_reader_error(r));
+			wimm_log_reader_close(&r);
+			wimm_ctx_close(&ctx);
+			return 2;
+		}
 		if (n < 0)
 			cli_fail(ctx, n, "log tail: read from position %llu",
 				 (unsigned long long)from);
@@ -422,14 +426,30 @@ static int cmd_stat(const char *fabric, const char *addr)
 		cli_fail(ctx, rc, "log stat: %s", addr);
 	printf("entries %llu\nbytes %llu\ndurable %llu\nrecovered %llu\ntorn_bytes %llu\n"
 	       "segments %llu\nfsyncs %llu\nduplicates %llu\nwriters %llu\nreaders %llu\n"
-	       "writers_known %llu\nrefused %llu\nring_size %u\nmax_conns %u\n",
+	       "writers_known %llu\nrefused %llu\nring_size %u\nmax_conns %u\nfirst %llu\n",
 	       (unsigned long long)s.entries, (unsigned long long)s.bytes,
 	       (unsigned long long)s.durable, (unsigned long long)s.recovered,
 	       (unsigned long long)s.torn_bytes, (unsigned long long)s.segments,
 	       (unsigned long long)s.fsyncs, (unsigned long long)s.duplicates,
 	       (unsigned long long)s.writers, (unsigned long long)s.readers,
 	       (unsigned long long)s.writers_known, (unsigned long long)s.refused, s.ring_size,
-	       s.max_conns);
+	       s.max_conns, (unsigned long long)s.first);
+	wimm_log_reader_close(&r);
+	wimm_ctx_close(&ctx);
+	return 0;
+}
+
+static int cmd_truncate(const char *fabric, const char *addr, uint64_t before)
+{
+	struct wimm_ctx *ctx = log_cmd_ctx(fabric);
+	struct wimm_log_reader *r;
+	uint64_t first = 0;
+	int rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
+	if (!rc)
+		rc = wimm_log_truncate(r, before, &first, 30000);
+	if (rc)
+		cli_fail(ctx, rc, "log truncate: %s", addr);
+	printf("truncated: the log keeps positions from %llu on\n", (unsigned long long)first);
 	wimm_log_reader_close(&r);
 	wimm_ctx_close(&ctx);
 	return 0;
@@ -455,7 +475,12 @@ int log_main(int argc, char **argv)
 		O_PROGRESS,
 		O_FROM,
 		O_COUNT,
-		O_INBAND
+		O_INBAND,
+		O_QUORUM,
+		O_RECOVER,
+		O_LEDGER,
+		O_BEFORE,
+		O_RETAIN
 	};
 	static const struct option opts[] = {{"dir", 1, NULL, O_DIR},
 					     {"port", 1, NULL, O_PORT},
@@ -474,6 +499,11 @@ int log_main(int argc, char **argv)
 					     {"count", 1, NULL, O_COUNT},
 					     {"help", 0, NULL, 'h'},
 					     {"inband-hello", 0, NULL, O_INBAND},
+					     {"ack-quorum", 1, NULL, O_QUORUM},
+					     {"recover", 0, NULL, O_RECOVER},
+					     {"ledger", 1, NULL, O_LEDGER},
+					     {"before", 1, NULL, O_BEFORE},
+					     {"retain", 1, NULL, O_RETAIN},
 					     {NULL, 0, NULL, 0}};
 	if (argc < 2) {
 		log_usage(stderr);
@@ -491,8 +521,8 @@ int log_main(int argc, char **argv)
 	int port = LOG_CMD_DEFAULT_PORT, have_from = 0;
 	struct wimm_log_server_attr sa = {0};
 	struct append_opts ao = {0};
-	uint64_t from = 0, count = 0;
-	int c;
+	uint64_t from = 0, count = 0, ledger = 0, before = 0;
+	int c, have_before = 0;
 	optind = 2;
 	while ((c = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -553,6 +583,26 @@ int log_main(int argc, char **argv)
 		case O_INBAND:
 			ao.inband = 1;
 			break;
+		case O_QUORUM:
+			ao.ack_quorum = (unsigned)parse_num(optarg, "--ack-quorum");
+			if (!ao.ack_quorum)
+				log_bad("--ack-quorum must be at least 1%s", "");
+			break;
+		case O_RECOVER:
+			ao.recover = 1;
+			break;
+		case O_LEDGER:
+			ledger = parse_num(optarg, "--ledger");
+			if (!ledger)
+				log_bad("--ledger must not be 0%s", "");
+			break;
+		case O_BEFORE:
+			before = parse_num(optarg, "--before");
+			have_before = 1;
+			break;
+		case O_RETAIN:
+			sa.retain = parse_num(optarg, "--retain");
+			break;
 		case O_FROM:
 			from = parse_num(optarg, "--from");
 			have_from = 1;
@@ -568,27 +618,44 @@ int log_main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc)
-		host = argv[optind++];
-	if (optind < argc)
-		log_bad("unexpected argument '%s'", argv[optind]);
+	/* HOSTs: comma-separated, repeated, or both. */
+	struct log_hosts hs = {0};
+	for (; optind < argc; optind++)
+		log_hosts_add(&hs, argv[optind], port);
+	host = hs.n ? hs.addr[0] : NULL;
 	if (!strcmp(sub, "serve")) {
 		if (host)
 			log_bad("serve takes no HOST (use --host)%s", "");
 		return cmd_serve(fabric, port, listen_host, &sa);
 	}
-	if (strcmp(sub, "append") && strcmp(sub, "tail") && strcmp(sub, "stat"))
+	if (strcmp(sub, "append") && strcmp(sub, "tail") && strcmp(sub, "stat") &&
+	    strcmp(sub, "recover") && strcmp(sub, "truncate"))
 		log_bad("unknown subcommand '%s'", sub);
 	if (!host)
 		log_bad("%s needs HOST", sub);
-	char addr[160];
-	log_cmd_addr(addr, sizeof(addr), host, port);
+	if (hs.n > 1 && strcmp(sub, "append") && strcmp(sub, "recover") && !ledger)
+		log_bad("%s takes one HOST (several only with --ledger)", sub);
+	if (!strcmp(sub, "recover")) {
+		if (!ao.id)
+			log_bad("recover needs --id ID%s", "");
+		return log_cmd_recover(fabric, &hs, &ao);
+	}
 	if (!strcmp(sub, "append"))
-		return cmd_append(fabric, addr, &ao);
+		return hs.n > 1 || ao.ack_quorum || ao.recover
+			   ? log_cmd_ledger_append(fabric, &hs, &ao)
+			   : cmd_append(fabric, host, &ao);
 	if (!strcmp(sub, "tail")) {
+		if (ledger)
+			return log_cmd_ledger_tail(fabric, &hs, ledger, have_from ? from : 1,
+						   count);
 		if (!have_from)
 			log_bad("tail needs --from POS%s", "");
-		return cmd_tail(fabric, addr, from, count);
+		return cmd_tail(fabric, host, from, count);
 	}
-	return cmd_stat(fabric, addr);
+	if (!strcmp(sub, "truncate")) {
+		if (!have_before)
+			log_bad("truncate needs --before POS%s", "");
+		return cmd_truncate(fabric, host, before);
+	}
+	return cmd_stat(fabric, host);
 }

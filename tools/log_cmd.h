@@ -11,6 +11,58 @@
 int log_main(int argc, char **argv);
 int log_bench_main(int argc, char **argv);
 
+#include <wimm/log.h>
+
+#define LOG_CMD_MAX_HOSTS 16
+
+struct append_opts {
+	uint64_t id, first_seq, gen;
+	size_t min, max;
+	int visible, reconnect, inband, recover;
+	unsigned ack_quorum;
+	uint64_t progress;
+};
+
+/* The HOST arguments as "host:port" addresses. */
+struct log_hosts {
+	char addr[LOG_CMD_MAX_HOSTS][160];
+	const char *ptr[LOG_CMD_MAX_HOSTS];
+	unsigned n;
+};
+/* Add "H1,H2,..." (exits with a message past LOG_CMD_MAX_HOSTS). */
+void log_hosts_add(struct log_hosts *h, const char *arg, int port);
+
+/* stdin lines, read with read(2) so that idle(arg) is called (a writer's
+ * heartbeats, its acks) while no line comes: 1 and the line, 0 at the end. */
+struct log_lines {
+	unsigned char *buf;
+	size_t len, cap, start;
+	int eof;
+};
+int log_next_line(struct log_lines *l, void (*idle)(void *), void *arg, const unsigned char **line,
+		  size_t *len);
+
+/* `tail`'s line per entry (by_seq: the sequence number first, not the
+ * position); stops after count (0: never). */
+struct log_tail_state {
+	uint64_t printed, count;
+	int by_seq;
+};
+int log_cmd_print_entry(void *arg, const struct wimm_log_entry *e);
+
+/* A library log line to stderr, arg naming the command. */
+void log_cmd_say(void *arg, enum wimm_log_level lvl, const char *msg);
+/* SIGKILL ourselves here when SIGUSR1 asked for it (WIMM_LOG_CRASH_ON_USR1). */
+void log_cmd_crash_point(void);
+/* A usage error: the message (fmt with arg), the usage, exit 2. */
+_Noreturn void log_bad(const char *fmt, const char *arg);
+
+/* The replicated ledger's commands (log_ledger_cmd.c). */
+int log_cmd_ledger_append(const char *fabric, const struct log_hosts *h, struct append_opts *o);
+int log_cmd_recover(const char *fabric, const struct log_hosts *h, const struct append_opts *o);
+int log_cmd_ledger_tail(const char *fabric, const struct log_hosts *h, uint64_t id, uint64_t from,
+			uint64_t count);
+
 /* HOST or HOST:PORT (port defaulting to `port`) into "host:port". */
 void log_cmd_addr(char *buf, size_t len, const char *host, int port);
 /* Open a context on fabric (exits with a message on failure). */

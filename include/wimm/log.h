@@ -30,11 +30,20 @@
  * already holds by (writer id, sequence), so nothing is duplicated.
  *
  * Reader (struct wimm_log_reader): reads entries from a position (the
- * server writes them into the reader's window with write-with-imm) and the
- * server's statistics.
+ * server writes them into the reader's window with write-with-imm), the
+ * entries of one writer id by sequence, the server's statistics, and
+ * truncates the log by position (whole segment files are deleted).
  *
- * Not here yet: replication (an ensemble of servers, ack quorum, fencing)
- * and retention / truncation by position.
+ * Ledger (struct wimm_log_ledger): replication as BookKeeper's ledgers do
+ * it. One writer appends each entry to an ensemble of E servers (the same
+ * writer id, the ledger's id, on each) and counts it committed once Qa of
+ * them (the ack quorum) acknowledged it durable. Every entry carries the
+ * writer's last-add-confirmed sequence (LAC) in an 8-byte header. A new
+ * writer that opens the ledger with WIMM_LOG_LEDGER_RECOVER fences it: a
+ * higher epoch, persisted by every server it reaches before it answers,
+ * after which the old writer's appends are refused (WIMM_E_REFUSED); it
+ * then settles the last entry by the quorum rule and copies what a server
+ * lacks. Readers (wimm_log_ledger_read) deliver entries up to the LAC.
  *
  * Conventions are libwimm's: 0 or a count on success, a negative WIMM_E_*
  * on failure; wimm_x_close(&x) accepts NULL and clears the pointer. Thread
@@ -93,6 +102,10 @@ struct wimm_log_server_attr {
 	 * line, no newline); NULL: silent. */
 	wimm_log_fn log;
 	void *log_arg;
+	/* Retention: keep at least the last `retain` entries and delete the
+	 * segment files wholly before them (checked every turn); 0 keeps
+	 * everything. */
+	uint64_t retain;
 };
 
 /* Open the log in attr->dir (recovering what a previous server left),
@@ -100,8 +113,9 @@ struct wimm_log_server_attr {
  * owns ctx's event loop from now on: use ctx for nothing else while it
  * lives. Errors: INVAL (NULL args, bad sizes), PERM (the directory cannot
  * be created, read or written, or another server holds it), PROTO (the
- * directory holds a file that is not a wimm log segment, or a segment that
- * is truncated or corrupt before its end; the log line names the file),
+ * directory holds a file that is not a wimm log segment or its metadata, or
+ * a segment or metadata file that is truncated or corrupt before its end;
+ * the log line names the file),
  * NOMEM, the errors of wimm_listen. On error nothing in dir is changed. */
 int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 			 const struct wimm_log_server_attr *attr, struct wimm_log_server **out);
@@ -134,6 +148,7 @@ struct wimm_log_stat {
 	uint64_t refused;	/* connections refused or dropped for bad input */
 	uint32_t ring_size;	/* bytes of each writer's ring */
 	uint32_t max_conns;	/* connections served at once */
+	uint64_t first;		/* the first position kept (truncation) */
 };
 /* Fill *out. Errors: INVAL. Same thread as wimm_log_server_run. */
 int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out);
@@ -174,14 +189,20 @@ struct wimm_log_writer_attr {
 	 * wimm_log_writer_error); NULL: silent. */
 	wimm_log_fn log;
 	void *log_arg;
+	/* Fencing epoch; 0 for a plain writer (wimm_log_ledger sets it). A
+	 * hello with an epoch above the id's on the server fences the id
+	 * there, durably, and ends the connection of a lower epoch; a hello
+	 * or an entry with an epoch below it is refused (WIMM_E_REFUSED). */
+	uint32_t epoch;
 };
 
 /* Connect to the log server at addr ("host:port") and learn where this
  * writer's sequence stands. Waits up to attr->timeout_ms. Errors: INVAL,
  * PROTO (a sequence gap, or the server speaks another protocol: the reason
  * goes to attr->log), TIMEDOUT (no server answered in time; while the
- * server has no free connection, WIMM_E_AGAIN, it is tried again), the
- * errors of wimm_connect, NOMEM. The writer owns ctx's events from now on:
+ * server has no free connection, WIMM_E_AGAIN, it is tried again), REFUSED
+ * (the id is fenced at a higher epoch), the errors of wimm_connect, NOMEM.
+ * The writer owns ctx's events from now on:
  * use ctx for nothing else while it lives. */
 int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 			 const struct wimm_log_writer_attr *attr, struct wimm_log_writer **out);
@@ -200,7 +221,8 @@ enum wimm_log_append_flags {
  * AGAIN (the ring holds no room until more entries are durable, or no
  * credit), TIMEDOUT, DISCONNECTED (the connection is gone: call
  * wimm_log_writer_reconnect; what was appended is kept and sent again),
- * PROTO (the server refused this writer: wimm_log_writer_error). */
+ * PROTO (the server refused this writer: wimm_log_writer_error), REFUSED
+ * (fenced: a writer of a higher epoch took the id over). */
 int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, unsigned flags,
 		    uint64_t *seq);
 
@@ -285,9 +307,129 @@ int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_l
  * wimm_log_read. */
 int wimm_log_reader_stat(struct wimm_log_reader *r, struct wimm_log_stat *out, int timeout_ms);
 
+/* Where one writer id (a ledger's id) stands on this server. */
+struct wimm_log_ledger_info {
+	uint64_t last_seq;    /* its last entry the server holds; 0: none */
+	uint64_t durable_seq; /* fsynced up to this one */
+	uint64_t first_seq;   /* the first one kept (truncation) */
+	uint32_t epoch;	      /* its fencing epoch (0: never fenced) */
+};
+/* Ask the server where writer id stands (all zero for an id it does not
+ * know). Errors as wimm_log_read. */
+int wimm_log_reader_ledger(struct wimm_log_reader *r, uint64_t id, struct wimm_log_ledger_info *out,
+			   int timeout_ms);
+
+/* Read the entries of writer id from sequence from_seq on (at most max, 0:
+ * as many as fit the window), calling fn for each in sequence order, as the
+ * server stores them (a ledger's entries with their 8-byte header: see
+ * wimm_log_ledger_read). Returns how many: 0 when the server holds nothing
+ * at from_seq. Errors as wimm_log_read; RANGE: from_seq was truncated. */
+int wimm_log_read_writer(struct wimm_log_reader *r, uint64_t id, uint64_t from_seq, uint32_t max,
+			 wimm_log_entry_fn fn, void *arg, int timeout_ms);
+
+/* Truncate the log before position `before`: the server deletes every
+ * segment file whose entries all lie before it (never the one it writes
+ * to), durably, keeping each writer's sequence. *first (if not NULL) gets
+ * the first position kept. Reads before it fail with WIMM_E_RANGE.
+ * Errors as wimm_log_read; PROTO when the server could not delete (its log
+ * says why). */
+int wimm_log_truncate(struct wimm_log_reader *r, uint64_t before, uint64_t *first, int timeout_ms);
+
+/* Why the server refused the last request (a truncated position, an entry
+ * larger than the window), or "". Never NULL. After a refusal the server
+ * closes the connection: open a new reader. */
+const char *wimm_log_reader_error(const struct wimm_log_reader *r);
+
 /* Close the connection and free the reader; *r is cleared, NULL is
  * accepted. Returns 0. */
 int wimm_log_reader_close(struct wimm_log_reader **r);
+
+/* ------------------------------------------------------------------ ledger */
+
+struct wimm_log_ledger;
+
+/* Bytes of the header a ledger puts before each entry (its LAC). */
+#define WIMM_LOG_LEDGER_HEADER 8u
+
+enum wimm_log_ledger_flags {
+	/* Fence the ledger (epoch one above the highest any server knows)
+	 * and settle its last entry before appending: what a new writer does
+	 * when the old one may still live. */
+	WIMM_LOG_LEDGER_RECOVER = 1u << 0,
+};
+
+struct wimm_log_ledger_attr {
+	uint64_t id;	     /* the ledger: the writer id on every server; not 0 */
+	unsigned ack_quorum; /* Qa, 1..n; 0: a majority of n */
+	int timeout_ms;	     /* open, recovery and a stuck server; 0 = 10000 */
+	unsigned flags;	     /* WIMM_LOG_LEDGER_* */
+	wimm_log_fn log;     /* why a server was dropped or refused; NULL: silent */
+	void *log_arg;
+};
+
+/* Open ledger attr->id on the n servers addrs[i] ("host:port"), one
+ * context each (ctxs[i], owned by the ledger from now on; n <= 16). It
+ * asks every server where the ledger stands, connects as its writer (with
+ * RECOVER: at a new epoch, which fences it), and settles: the last entry
+ * is the highest any reachable server holds (an entry acknowledged by Qa
+ * servers is on at least one of any n - Qa + 1), copied to those that lack
+ * it and made durable, so everything up to it is committed. Needs Qa
+ * servers (with RECOVER n - Qa + 1 and Qa). Errors: INVAL, REFUSED (fenced
+ * by a higher epoch meanwhile), DISCONNECTED (too few servers: the log
+ * says which failed), TIMEDOUT, NOMEM, the errors of wimm_ctx_open. */
+int wimm_log_ledger_open(struct wimm_ctx *const *ctxs, const char *const *addrs, unsigned n,
+			 const struct wimm_log_ledger_attr *attr, struct wimm_log_ledger **out);
+
+/* Append len bytes as the ledger's next entry on every live server (one
+ * write-with-imm each, the LAC in its header); *seq gets its sequence.
+ * Waits for ring room up to timeout_ms of the attr; a server that stays
+ * full that long, or fails, is dropped from the ensemble. Errors: INVAL,
+ * TOOBIG, REFUSED (fenced: a newer writer recovered the ledger;
+ * wimm_log_ledger_error says which epoch), DISCONNECTED (fewer than Qa
+ * servers left), NOMEM. */
+int wimm_log_ledger_append(struct wimm_log_ledger *l, const void *data, size_t len, uint64_t *seq);
+
+/* Wait up to timeout_ms (-1 forever, 0 poll) until entry seq is committed
+ * (durable on Qa servers; the LAC reached it). Errors: INVAL (not yet
+ * appended), TIMEDOUT, REFUSED, DISCONNECTED (it can no longer reach Qa). */
+int wimm_log_ledger_wait(struct wimm_log_ledger *l, uint64_t seq, int timeout_ms);
+
+/* Take the acknowledgements that arrived, without waiting (heartbeats, as
+ * wimm_log_writer_poll). Errors: INVAL, REFUSED, DISCONNECTED. */
+int wimm_log_ledger_poll(struct wimm_log_ledger *l);
+
+struct wimm_log_ledger_state {
+	uint64_t appended; /* the last sequence appended */
+	uint64_t lac;	   /* last-add-confirmed: committed up to here */
+	uint64_t settled;  /* the last entry settled at open */
+	uint64_t copied;   /* entries copied to servers that lacked them at open */
+	uint32_t epoch;	   /* this writer's fencing epoch */
+	unsigned members, live, ack_quorum;
+};
+/* Errors: INVAL. */
+int wimm_log_ledger_state(const struct wimm_log_ledger *l, struct wimm_log_ledger_state *out);
+
+/* Why the ledger was fenced or lost servers, or "". Never NULL. */
+const char *wimm_log_ledger_error(const struct wimm_log_ledger *l);
+
+/* Wait up to timeout_ms for everything appended to be committed, write an
+ * entry that carries only the final LAC (so readers see the last entries),
+ * and close every connection; the contexts stay open. *l is cleared, NULL
+ * accepted. Returns 0, TIMEDOUT, REFUSED or DISCONNECTED (closed anyway). */
+int wimm_log_ledger_close(struct wimm_log_ledger **l, int timeout_ms);
+
+/* Read ledger id from its ensemble, by the quorum rule: the LAC is the
+ * highest any reachable server's last entry carries, and entries from
+ * from_seq up to it (at most max, 0: what one answer holds) are delivered
+ * in order from any server that holds them, without their header (e->len
+ * and e->crc are of the caller's bytes; e->pos is the position on the
+ * server read). Entries that carry only a LAC are not delivered. Returns
+ * how many sequence numbers were consumed (delivered or skipped): 0 when
+ * nothing is committed at from_seq yet. Errors: INVAL, DISCONNECTED (no
+ * server answered), RANGE (from_seq was truncated), PROTO, TIMEDOUT. */
+int wimm_log_ledger_read(struct wimm_log_reader *const *readers, unsigned n, uint64_t id,
+			 uint64_t from_seq, uint32_t max, wimm_log_entry_fn fn, void *arg,
+			 int timeout_ms);
 
 #if defined(WIMM_LOG_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

@@ -3,7 +3,10 @@
  * libwimm_log's reader and checked (per-writer order, CRC32C, contents,
  * nothing lost or duplicated).
  *
- *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input
+ *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input |
+ *                        replication | truncate | hostile
+ *
+ * (replication, truncate and hostile are in log_test_repl.c.)
  *
  * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
  * writers x 100k entries (about 52 GB of segments in TMPDIR);
@@ -25,285 +28,11 @@
 #include <wimm/log.h>
 
 #include "log_cmd.h"
-
-#define MAX_SIZE 16384
-#define MAX_PROCS 80
-
-static const char *wimm_bin, *fabric;
-/* How a process is killed mid-stream: SIGKILL, or on ofi:shm SIGUSR1, which
- * makes it SIGKILL itself between two calls (WIMM_LOG_CRASH_ON_USR1: a shm
- * peer killed inside a provider call leaves its peers spinning). */
-static int kill_sig = SIGKILL;
-static char dir[256];
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-			return -1;                                                                 \
-		}                                                                                  \
-	} while (0)
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ------------------------------------------------------------ processes */
-
-struct proc {
-	pid_t pid;
-	int out, err; /* pipes of its stdout and stderr */
-	char line[256];
-	size_t got;
-	uint64_t durable; /* the last "durable N" it printed */
-	uint64_t resent;  /* from a writer's summary line */
-	uint64_t entries; /* from a server's "listening" line: recovered */
-	int status;
-	char errtext[4096];
-	size_t errlen;
-};
-
-static int spawn(struct proc *p, char *const argv[])
-{
-	int o[2], e[2];
-	memset(p, 0, sizeof(*p));
-	if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC))
-		return -1;
-	fflush(stdout);
-	fflush(stderr);
-	p->pid = fork();
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(o[1], 1);
-		dup2(e[1], 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(o[1]);
-	close(e[1]);
-	p->out = o[0];
-	p->err = e[0];
-	fcntl(p->out, F_SETFL, O_NONBLOCK);
-	fcntl(p->err, F_SETFL, O_NONBLOCK);
-	return p->pid < 0 ? -1 : 0;
-}
-
-/* Read what the process printed; returns a complete stdout line or NULL. */
-static const char *proc_line(struct proc *p, int timeout_ms)
-{
-	for (;;) {
-		char *nl = memchr(p->line, '\n', p->got);
-		if (nl) {
-			static char out[256];
-			size_t n = (size_t)(nl - p->line);
-			memcpy(out, p->line, n);
-			out[n] = '\0';
-			memmove(p->line, nl + 1, p->got - n - 1);
-			p->got -= n + 1;
-			unsigned long long d;
-			const char *rs = strstr(out, "(resent ");
-			if (sscanf(out, "durable %llu", &d) == 1 && d > p->durable)
-				p->durable = d;
-			if (rs && sscanf(rs, "(resent %llu", &d) == 1)
-				p->resent = d;
-			return out;
-		}
-		struct pollfd pf = {.fd = p->out, .events = POLLIN};
-		if (p->got == sizeof(p->line) - 1)
-			p->got = 0;
-		if (poll(&pf, 1, timeout_ms) <= 0)
-			return NULL;
-		ssize_t r = read(p->out, p->line + p->got, sizeof(p->line) - 1 - p->got);
-		if (r <= 0)
-			return NULL;
-		p->got += (size_t)r;
-	}
-}
-
-static void proc_drain(struct proc *p)
-{
-	while (proc_line(p, 0))
-		;
-	ssize_t r;
-	while (p->errlen < sizeof(p->errtext) - 1 &&
-	       (r = read(p->err, p->errtext + p->errlen, sizeof(p->errtext) - 1 - p->errlen)) > 0)
-		p->errlen += (size_t)r;
-	p->errtext[p->errlen] = '\0';
-}
-
-/* Wait for the process to end (draining its output); its exit status, or
- * -1 after timeout_ms (it is then killed). */
-static int proc_wait(struct proc *p, int timeout_ms)
-{
-	int64_t end = now_ms() + timeout_ms;
-	for (;;) {
-		proc_drain(p);
-		pid_t r = waitpid(p->pid, &p->status, WNOHANG);
-		if (r == p->pid) {
-			proc_drain(p);
-			close(p->out);
-			close(p->err);
-			return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128;
-		}
-		if (now_ms() > end) {
-			kill(p->pid, SIGKILL);
-			waitpid(p->pid, &p->status, 0);
-			proc_drain(p);
-			fprintf(stderr, "process %d timed out; stderr:\n%s\n", (int)p->pid,
-				p->errtext);
-			close(p->out);
-			close(p->err);
-			return -1;
-		}
-		struct pollfd pf[2] = {{.fd = p->out, .events = POLLIN},
-				       {.fd = p->err, .events = POLLIN}};
-		poll(pf, 2, 20);
-	}
-}
-
-static int server_start(struct proc *p, int port, const char *extra1, const char *extra2)
-{
-	char portbuf[16];
-	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	char *argv[] = {(char *)wimm_bin, "log",    "serve",	 "--dir",  dir,	    "-f",
-			(char *)fabric,	  "--host", "127.0.0.1", "--port", portbuf, (char *)extra1,
-			(char *)extra2,	  NULL};
-	if (spawn(p, argv))
-		return -1;
-	const char *l = proc_line(p, 15000);
-	int got = 0;
-	const char *ent = l ? strstr(l, "entries=") : NULL;
-	if (ent)
-		p->entries = strtoull(ent + 8, NULL, 10);
-	if (!l || sscanf(l, "listening port=%d", &got) != 1) {
-		proc_wait(p, 2000);
-		fprintf(stderr, "the server did not start: %s\n", p->errtext);
-		return -1;
-	}
-	return got;
-}
-
-static int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const char *size,
-			const char *extra)
-{
-	char addr[64], idb[32], nb[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
-	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
-	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
-			(char *)fabric,	  "--id",	idb,	       "--gen",	     nb,
-			"--size",	  (char *)size, "--reconnect", "--progress", "50",
-			(char *)extra,	  NULL};
-	return spawn(p, argv);
-}
-
-/* ---------------------------------------------------------- verification */
-
-struct verify {
-	uint64_t next_pos, total;
-	uint64_t next_seq[MAX_PROCS + 1]; /* by writer id 1..MAX_PROCS */
-	size_t min, max;
-	unsigned char buf[MAX_SIZE * 8];
-	int bad;
-	char why[256];
-};
-
-static int check_entry(void *arg, const struct wimm_log_entry *e)
-{
-	struct verify *v = arg;
-	if (e->pos != v->next_pos || e->writer_id == 0 || e->writer_id > MAX_PROCS) {
-		snprintf(v->why, sizeof(v->why), "position %llu: writer %llu (expected pos %llu)",
-			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
-			 (unsigned long long)v->next_pos);
-		v->bad = 1;
-		return 1;
-	}
-	uint64_t want = v->next_seq[e->writer_id] + 1;
-	size_t len = log_gen_size(e->writer_id, e->seq, v->min, v->max);
-	if (e->seq != want) {
-		snprintf(v->why, sizeof(v->why),
-			 "position %llu: writer %llu seq %llu, expected %llu (lost or duplicated)",
-			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
-			 (unsigned long long)e->seq, (unsigned long long)want);
-		v->bad = 1;
-		return 1;
-	}
-	log_gen_fill(v->buf, len, e->writer_id, e->seq);
-	if (e->len != len || memcmp(v->buf, e->data, len) != 0 ||
-	    wimm_log_crc32c(0, e->data, e->len) != e->crc) {
-		snprintf(v->why, sizeof(v->why), "position %llu: writer %llu seq %llu: wrong bytes",
-			 (unsigned long long)e->pos, (unsigned long long)e->writer_id,
-			 (unsigned long long)e->seq);
-		v->bad = 1;
-		return 1;
-	}
-	v->next_seq[e->writer_id] = e->seq;
-	v->next_pos++;
-	v->total++;
-	return 0;
-}
-
-/* Read the whole log at port and check every entry. */
-static int verify_log(int port, struct verify *v)
-{
-	struct wimm_ctx *ctx;
-	struct wimm_log_reader *r;
-	struct wimm_log_stat st;
-	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	int rc = wimm_ctx_open(fabric, NULL, &ctx);
-	CHECK(rc == 0, "open %s: %s", fabric, wimm_strerror(rc));
-	rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
-	CHECK(rc == 0, "reader: %s", wimm_strerror(rc));
-	rc = wimm_log_reader_stat(r, &st, 10000);
-	CHECK(rc == 0, "stat: %s", wimm_strerror(rc));
-	while (v->next_pos < st.entries) {
-		int n = wimm_log_read(r, v->next_pos, 0, check_entry, v, 10000);
-		if (n < 0 || v->bad)
-			break;
-		CHECK(n > 0, "no entry at %llu of %llu", (unsigned long long)v->next_pos,
-		      (unsigned long long)st.entries);
-	}
-	wimm_log_reader_close(&r);
-	wimm_ctx_close(&ctx);
-	CHECK(!v->bad, "%s", v->why);
-	CHECK(v->next_pos == st.entries, "read %llu of %llu entries",
-	      (unsigned long long)v->next_pos, (unsigned long long)st.entries);
-	return 0;
-}
-
-/* Writers 1..n each hold exactly per entries. */
-static int check_counts(const struct verify *v, unsigned n, uint64_t per)
-{
-	int rc = 0;
-	for (unsigned i = 1; i <= n; i++)
-		if (v->next_seq[i] != per) {
-			fprintf(stderr, "FAIL: writer %u has %llu of %llu entries\n", i,
-				(unsigned long long)v->next_seq[i], (unsigned long long)per);
-			failures++;
-			rc = -1;
-		}
-	return rc;
-}
-
-static void rm_dir(const char *d)
-{
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", d);
-}
+#include "log_test_util.h"
 
 /* ------------------------------------------------------------------ tests */
 
-static int test_concurrent(void)
+int test_concurrent(void)
 {
 	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
 	unsigned nw = long_run ? 64 : 16, per = long_run ? 100000 : 2000;
@@ -343,7 +72,7 @@ static int test_concurrent(void)
 	return rc;
 }
 
-static int test_crash(void)
+int test_crash(void)
 {
 	enum { NW = 4, PER = 3000 };
 	struct proc srv, w[NW];
@@ -401,7 +130,7 @@ static int test_crash(void)
 	return rc;
 }
 
-static int test_writer_kill(void)
+int test_writer_kill(void)
 {
 	struct proc srv, a, b, c, c2;
 	/* Three connections: the killed writer's slot must come back for c2. */
@@ -442,35 +171,7 @@ static int test_writer_kill(void)
 	return rc;
 }
 
-/* Run a wimm command to its end: its status, its stderr in p->errtext. */
-static int run(struct proc *p, char *const argv[])
-{
-	if (spawn(p, argv))
-		return -1;
-	return proc_wait(p, 30000);
-}
-
-static int expect_serve_error(const char *d, const char *needle)
-{
-	struct proc p;
-	char *argv[] = {(char *)wimm_bin, "log",    "serve", "--dir", (char *)d, "-f",
-			(char *)fabric,	  "--port", "0",     NULL};
-	int st = run(&p, argv);
-	CHECK(st == 2 && strstr(p.errtext, needle), "serve --dir %s: status %d, stderr: %s", d, st,
-	      p.errtext);
-	return 0;
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "w");
-	if (f) {
-		fwrite(data, 1, len, f);
-		fclose(f);
-	}
-}
-
-static int test_bad_input(void)
+int test_bad_input(void)
 {
 	char d[300], f[400];
 	struct stat sb;
@@ -578,7 +279,9 @@ static int test_bad_input(void)
 int main(int argc, char **argv)
 {
 	if (argc != 4) {
-		fprintf(stderr, "usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input\n",
+		fprintf(stderr,
+			"usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input|"
+			"replication|truncate|hostile\n",
 			argv[0]);
 		return 2;
 	}
@@ -604,16 +307,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "FAIL: wimm_log_crc32c gives wrong values\n");
 		return 1;
 	}
-	int rc;
-	if (!strcmp(argv[3], "concurrent"))
-		rc = test_concurrent();
-	else if (!strcmp(argv[3], "crash"))
-		rc = test_crash();
-	else if (!strcmp(argv[3], "writer_kill"))
-		rc = test_writer_kill();
-	else if (!strcmp(argv[3], "bad_input"))
-		rc = test_bad_input();
-	else
+	static const struct {
+		const char *name;
+		int (*fn)(void);
+	} tests[] = {{"concurrent", test_concurrent},	{"crash", test_crash},
+		     {"writer_kill", test_writer_kill}, {"bad_input", test_bad_input},
+		     {"replication", test_replication}, {"truncate", test_truncate},
+		     {"hostile", test_hostile}};
+	int rc = -2;
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
+		if (!strcmp(argv[3], tests[i].name))
+			rc = tests[i].fn();
+	if (rc == -2)
 		return 2;
 	rm_dir(dir);
 	return rc || failures ? 1 : 0;

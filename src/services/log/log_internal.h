@@ -30,6 +30,8 @@ enum log_kind {
 	LOG_K_ERROR = 4,   /* window[32..64): struct log_error */
 	LOG_K_DATA = 5,	   /* reader: val records in window[0..len) */
 	LOG_K_STAT = 6,	   /* reader: struct wimm_log_stat encoded in window[0..) */
+	LOG_K_LEDGER = 7,  /* reader: struct log_ledger_reply in window[0..) */
+	LOG_K_DONE = 8,	   /* reader: a truncation done, val: 0 */
 };
 
 #define LOG_MAGIC 0x474f4c57u /* "WLOG" */
@@ -44,6 +46,7 @@ struct log_hello {
 	uint64_t id;
 	uint64_t first_seq; /* 0: continue after the log's last */
 	uint32_t start_off; /* ring offset of the first entry sent */
+	uint32_t epoch;	    /* the writer's fencing epoch (0: not a ledger writer) */
 };
 
 /* RESUME: where the writer stands (durable on the server). */
@@ -54,29 +57,53 @@ struct log_resume {
 	uint64_t last_seq;
 	uint32_t ring_size;
 	uint32_t version;
+	uint32_t epoch; /* the writer id's fencing epoch on the server */
 };
 
 enum log_err_code {
-	LOG_ERR_GAP = 1,    /* a: the log's last seq, b: the seq sent */
-	LOG_ERR_CRC = 2,    /* a: seq */
-	LOG_ERR_BOUNDS = 3, /* a: offset, b: length */
-	LOG_ERR_PROTO = 4,  /* a malformed hello or request */
-	LOG_ERR_TAKEN = 5,  /* another connection of the same id took over */
-	LOG_ERR_TOOBIG = 6, /* reader: an entry larger than its window (a: bytes) */
-	LOG_ERR_STORE = 7,  /* the server cannot write its segment file */
+	LOG_ERR_GAP = 1,       /* a: the log's last seq, b: the seq sent */
+	LOG_ERR_CRC = 2,       /* a: seq */
+	LOG_ERR_BOUNDS = 3,    /* a: offset, b: length */
+	LOG_ERR_PROTO = 4,     /* a malformed hello or request */
+	LOG_ERR_TAKEN = 5,     /* another connection of the same id took over */
+	LOG_ERR_TOOBIG = 6,    /* reader: an entry larger than its window (a: bytes) */
+	LOG_ERR_STORE = 7,     /* the server cannot write its segment file */
+	LOG_ERR_FENCED = 8,    /* a: the id's fencing epoch, b: the writer's epoch */
+	LOG_ERR_TRUNCATED = 9, /* reader: a: the first position kept, b: the one asked */
 };
 struct log_error {
 	uint32_t code;
 	uint64_t a, b;
 };
 
-/* A reader's request (window offset 0, LOG_F_REQ). */
-#define LOG_REQ_LEN 16
-enum log_req_op { LOG_REQ_READ = 1, LOG_REQ_STAT = 2 };
+/* A reader's request (window offset 0, LOG_F_REQ). READ_LEDGER and LEDGER
+ * name a writer id; `from` is a sequence number for READ_LEDGER, a position
+ * for READ and TRUNCATE. */
+#define LOG_REQ_LEN 24
+enum log_req_op {
+	LOG_REQ_READ = 1,
+	LOG_REQ_STAT = 2,
+	LOG_REQ_LEDGER = 3,	 /* where a writer id stands */
+	LOG_REQ_READ_LEDGER = 4, /* records of one writer id by sequence */
+	LOG_REQ_TRUNCATE = 5,	 /* drop the segments wholly before `from` */
+};
 struct log_req {
 	uint32_t op, max;
-	uint64_t from;
+	uint64_t from, id;
 };
+
+/* The answer to LOG_REQ_LEDGER. */
+#define LOG_LEDGER_REPLY_LEN 32
+struct log_ledger_reply {
+	uint64_t last_seq, durable_seq, first_seq;
+	uint32_t epoch;
+};
+
+/* A ledger writer's entries (wimm_log_ledger_*) lead with 8 bytes: the
+ * writer's last-add-confirmed sequence when it sent the entry, and in the
+ * top bit MARK: an entry that carries nothing but that LAC. */
+#define LOG_LEDGER_HDR 8u
+#define LOG_LEDGER_MARK (1ull << 63)
 
 /* A record, in a segment file and in a read batch to a reader. */
 #define LOG_REC_MAGIC 0x43455257u /* "WREC" */
@@ -88,7 +115,7 @@ struct log_rec {
 	uint32_t crc; /* of the payload */
 };
 
-#define LOG_STAT_LEN 112
+#define LOG_STAT_LEN 128
 
 void log_put32(unsigned char *p, uint32_t v);
 void log_put64(unsigned char *p, uint64_t v);
@@ -107,6 +134,8 @@ void log_req_decode(const unsigned char *p, struct log_req *q);
 void log_rec_encode(unsigned char *p, const struct log_rec *r);
 /* 0, or -1 when the magic or the header's CRC is wrong. */
 int log_rec_decode(const unsigned char *p, struct log_rec *r);
+void log_ledger_reply_encode(unsigned char *p, const struct log_ledger_reply *r);
+void log_ledger_reply_decode(const unsigned char *p, struct log_ledger_reply *r);
 void log_stat_encode(unsigned char *p, const struct wimm_log_stat *s);
 void log_stat_decode(const unsigned char *p, struct wimm_log_stat *s);
 /* Text of an error the server sent, into buf. */
@@ -133,21 +162,49 @@ int log_connect_retry(struct wimm_ctx *ctx, const char *addr, const struct wimm_
 
 /* ---------------------------------------------------------- the store */
 
+/* ------------------------------------------------------- the metadata */
+
+#define LOG_META_NAME "wimm-log.meta"
+struct log_meta_writer {
+	uint64_t id, trunc_seq;
+	uint32_t epoch;
+};
+struct log_meta {
+	uint64_t first; /* the first position kept */
+	struct log_meta_writer *writers;
+	size_t n;
+};
+/* 1 for the metadata file's names (and its temporary). */
+int log_meta_is_name(const char *name);
+/* Load dir's metadata into *out (empty when there is none; free
+ * out->writers). Errors: PERM, PROTO (corrupt), NOMEM; why goes to log. */
+int log_meta_load(int dirfd, const char *dir, struct log_meta *out, wimm_log_fn log, void *arg);
+/* Replace the metadata, durably. PERM on failure. */
+int log_meta_store(int dirfd, const char *dir, const struct log_meta *m, wimm_log_fn log,
+		   void *arg);
+
+/* ---------------------------------------------------------- the store */
+
 struct log_store;
 struct log_writer_state {
 	uint64_t id;
 	uint64_t last_seq;    /* in the log (written or staged) */
 	uint64_t durable_seq; /* fsynced */
+	uint64_t trunc_seq;   /* sequences up to this one were truncated away */
+	uint32_t epoch;	      /* fencing epoch: writers of a lower one are refused */
 	int live;	      /* slot of its live connection, -1: none */
+	uint64_t *pos;	      /* position of seq trunc_seq + 1 + i */
+	size_t pos_cap;
 };
 
 /* Open or recover dir. Errors as wimm_log_server_open; why goes to log. */
 int log_store_open(const char *dir, uint64_t segment_bytes, wimm_log_fn log, void *log_arg,
 		   struct log_store **out);
 void log_store_close(struct log_store **st);
-/* Stage a record: its position. Errors: NOMEM, PERM (a failed write). */
-int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const void *data,
-		     uint32_t len, uint64_t *pos);
+/* Stage a record of writer wi (its last_seq becomes seq): its position.
+ * Errors: NOMEM, PERM (a failed write). */
+int log_store_append(struct log_store *st, size_t wi, uint64_t seq, const void *data, uint32_t len,
+		     uint64_t *pos);
 /* Write what is staged to the segment file. PERM on failure. */
 int log_store_flush(struct log_store *st);
 /* Flush and fsync: everything appended so far becomes durable. */
@@ -162,9 +219,21 @@ void log_store_sync_end(struct log_store *st, int ok);
 int log_store_dirty(const struct log_store *st);
 /* Copy whole records from position from on into buf (at most max records,
  * 0: no limit, and cap bytes): returns the bytes, *n the records. A first
- * record larger than cap: WIMM_E_TOOBIG, *n its size. */
+ * record larger than cap: WIMM_E_TOOBIG, *n its size; from before the first
+ * position kept: WIMM_E_RANGE. */
 long log_store_read(struct log_store *st, uint64_t from, uint32_t max, unsigned char *buf,
 		    size_t cap, uint32_t *n);
+/* The same for the records of writer wi from sequence from_seq on. */
+long log_store_read_writer(struct log_store *st, size_t wi, uint64_t from_seq, uint32_t max,
+			   unsigned char *buf, size_t cap, uint32_t *n);
+/* The first position the log keeps (reads before it are refused). */
+uint64_t log_store_first(const struct log_store *st);
+/* Raise writer wi's fencing epoch to epoch, durably (metadata file). */
+int log_store_fence(struct log_store *st, size_t wi, uint32_t epoch);
+/* Delete the segment files whose entries all lie before position before
+ * (never the one being written); *first gets the first position kept.
+ * Errors: PERM, NOMEM. */
+int log_store_truncate(struct log_store *st, uint64_t before, uint64_t *first);
 /* The writer table: the index of a writer's state (with create: added when
  * new), -1 when unknown, WIMM_E_NOMEM. Indices stay valid; pointers from
  * log_store_writer_at only until the next create. */

@@ -87,6 +87,7 @@ void log_hello_encode(unsigned char *p, const struct log_hello *h)
 	log_put64(p + 8, h->id);
 	log_put64(p + 16, h->first_seq);
 	log_put32(p + 24, h->start_off);
+	log_put32(p + 28, h->epoch);
 }
 
 int log_hello_decode(const unsigned char *p, size_t len, struct log_hello *h)
@@ -100,6 +101,7 @@ int log_hello_decode(const unsigned char *p, size_t len, struct log_hello *h)
 	h->id = log_get64(p + 8);
 	h->first_seq = log_get64(p + 16);
 	h->start_off = log_get32(p + 24);
+	h->epoch = log_get32(p + 28);
 	if (h->version != LOG_VERSION)
 		return -1;
 	return 0;
@@ -111,6 +113,7 @@ void log_resume_encode(unsigned char *p, const struct log_resume *r)
 	log_put64(p, r->last_seq);
 	log_put32(p + 8, r->ring_size);
 	log_put32(p + 12, r->version);
+	log_put32(p + 16, r->epoch);
 }
 
 void log_resume_decode(const unsigned char *p, struct log_resume *r)
@@ -118,6 +121,7 @@ void log_resume_decode(const unsigned char *p, struct log_resume *r)
 	r->last_seq = log_get64(p);
 	r->ring_size = log_get32(p + 8);
 	r->version = log_get32(p + 12);
+	r->epoch = log_get32(p + 16);
 }
 
 void log_error_encode(unsigned char *p, const struct log_error *e)
@@ -140,6 +144,7 @@ void log_req_encode(unsigned char *p, const struct log_req *q)
 	log_put32(p, q->op);
 	log_put32(p + 4, q->max);
 	log_put64(p + 8, q->from);
+	log_put64(p + 16, q->id);
 }
 
 void log_req_decode(const unsigned char *p, struct log_req *q)
@@ -147,6 +152,24 @@ void log_req_decode(const unsigned char *p, struct log_req *q)
 	q->op = log_get32(p);
 	q->max = log_get32(p + 4);
 	q->from = log_get64(p + 8);
+	q->id = log_get64(p + 16);
+}
+
+/* Four 64-bit fields, the epoch widened. */
+void log_ledger_reply_encode(unsigned char *p, const struct log_ledger_reply *r)
+{
+	const uint64_t v[4] = {r->last_seq, r->durable_seq, r->first_seq, r->epoch};
+	for (int i = 0; i < 4; i++)
+		log_put64(p + 8 * i, v[i]);
+}
+
+void log_ledger_reply_decode(const unsigned char *p, struct log_ledger_reply *r)
+{
+	uint64_t v[4];
+	for (int i = 0; i < 4; i++)
+		v[i] = log_get64(p + 8 * i);
+	*r = (struct log_ledger_reply){
+	    .last_seq = v[0], .durable_seq = v[1], .first_seq = v[2], .epoch = (uint32_t)v[3]};
 }
 
 void log_rec_encode(unsigned char *p, const struct log_rec *r)
@@ -176,58 +199,56 @@ void log_stat_encode(unsigned char *p, const struct wimm_log_stat *s)
 {
 	const uint64_t v[] = {s->entries,    s->bytes,	  s->durable,	    s->recovered,
 			      s->torn_bytes, s->segments, s->fsyncs,	    s->duplicates,
-			      s->writers,    s->readers,  s->writers_known, s->refused};
+			      s->writers,    s->readers,  s->writers_known, s->refused,
+			      s->first};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		log_put64(p + 8 * i, v[i]);
-	log_put32(p + 96, s->ring_size);
-	log_put32(p + 100, s->max_conns);
-	memset(p + 104, 0, LOG_STAT_LEN - 104);
+	log_put32(p + 104, s->ring_size);
+	log_put32(p + 108, s->max_conns);
+	memset(p + 112, 0, LOG_STAT_LEN - 112);
 }
 
 void log_stat_decode(const unsigned char *p, struct wimm_log_stat *s)
 {
 	uint64_t *v[] = {&s->entries,	 &s->bytes,    &s->durable,	  &s->recovered,
 			 &s->torn_bytes, &s->segments, &s->fsyncs,	  &s->duplicates,
-			 &s->writers,	 &s->readers,  &s->writers_known, &s->refused};
+			 &s->writers,	 &s->readers,  &s->writers_known, &s->refused,
+			 &s->first};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
 		*v[i] = log_get64(p + 8 * i);
-	s->ring_size = log_get32(p + 96);
-	s->max_conns = log_get32(p + 100);
+	s->ring_size = log_get32(p + 104);
+	s->max_conns = log_get32(p + 108);
 }
+
+/* What each refusal says; %llu are a then b (TRUNCATED: b then a). */
+static const struct {
+	uint32_t code;
+	const char *fmt;
+} error_texts[] = {
+    {LOG_ERR_GAP, "sequence gap: the log holds this writer's entries up to seq %llu, the "
+		  "writer sent seq %llu"},
+    {LOG_ERR_CRC, "entry seq %llu arrived with a bad CRC32C"},
+    {LOG_ERR_BOUNDS, "entry at ring offset %llu, %llu bytes, is outside the ring"},
+    {LOG_ERR_PROTO, "the server refused a malformed hello or request"},
+    {LOG_ERR_TAKEN, "another connection with this writer id took over"},
+    {LOG_ERR_TOOBIG, "an entry of %llu bytes is larger than the reader's window"},
+    {LOG_ERR_STORE, "the server cannot write its segment file"},
+    {LOG_ERR_FENCED, "fenced: a newer writer (epoch %llu) recovered this ledger; this "
+		     "writer's epoch is %llu"},
+    {LOG_ERR_TRUNCATED, "position %llu was truncated: the log keeps positions from %llu on"},
+};
 
 void log_error_text(const struct log_error *e, char *buf, size_t len)
 {
-	switch (e->code) {
-	case LOG_ERR_GAP:
-		snprintf(buf, len,
-			 "sequence gap: the log holds this writer's entries up to seq %llu, "
-			 "the writer sent seq %llu",
-			 (unsigned long long)e->a, (unsigned long long)e->b);
-		break;
-	case LOG_ERR_CRC:
-		snprintf(buf, len, "entry seq %llu arrived with a bad CRC32C",
-			 (unsigned long long)e->a);
-		break;
-	case LOG_ERR_BOUNDS:
-		snprintf(buf, len, "entry at ring offset %llu, %llu bytes, is outside the ring",
-			 (unsigned long long)e->a, (unsigned long long)e->b);
-		break;
-	case LOG_ERR_PROTO:
-		snprintf(buf, len, "the server refused a malformed hello or request");
-		break;
-	case LOG_ERR_TAKEN:
-		snprintf(buf, len, "another connection with this writer id took over");
-		break;
-	case LOG_ERR_TOOBIG:
-		snprintf(buf, len, "an entry of %llu bytes is larger than the reader's window",
-			 (unsigned long long)e->a);
-		break;
-	case LOG_ERR_STORE:
-		snprintf(buf, len, "the server cannot write its segment file");
-		break;
-	default:
-		snprintf(buf, len, "the server refused this connection (code %u)", e->code);
-	}
+	unsigned long long a = e->a, b = e->b;
+	if (e->code == LOG_ERR_TRUNCATED)
+		a = e->b, b = e->a;
+	for (size_t i = 0; i < sizeof(error_texts) / sizeof(error_texts[0]); i++)
+		if (error_texts[i].code == e->code) {
+			snprintf(buf, len, error_texts[i].fmt, a, b);
+			return;
+		}
+	snprintf(buf, len, "the server refused this connection (code %u)", e->code);
 }
 
 /* -------------------------------------------------------------- layouts */

@@ -2,6 +2,7 @@
  * window on the server), and the server's answer written into the
  * reader's window with one write-with-imm: whole records, CRC32C checked
  * here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ struct wimm_log_reader {
 	/* the last answer */
 	int answered;
 	uint32_t kind, val, len;
+	char err[200];
 };
 
 static int pump(struct wimm_log_reader *r, int timeout_ms)
@@ -42,8 +44,13 @@ static int pump(struct wimm_log_reader *r, int timeout_ms)
 			r->val = f[1];
 			r->len = ev[i].len;
 			r->answered = 1;
-			if (f[0] == LOG_K_ERROR)
-				r->broken = WIMM_E_PROTO;
+			if (f[0] == LOG_K_ERROR) {
+				struct log_error le;
+				log_error_decode(r->win + LOG_ERROR_OFF, &le);
+				log_error_text(&le, r->err, sizeof(r->err));
+				r->broken =
+				    le.code == LOG_ERR_TRUNCATED ? WIMM_E_RANGE : WIMM_E_PROTO;
+			}
 		}
 	}
 	return 0;
@@ -62,7 +69,7 @@ static int await(struct wimm_log_reader *r, int timeout_ms)
 		if (rc)
 			return rc;
 	}
-	return r->kind == LOG_K_ERROR ? WIMM_E_PROTO : 0;
+	return r->kind == LOG_K_ERROR ? r->broken : 0;
 }
 
 int wimm_log_reader_open(struct wimm_ctx *ctx, const char *addr, size_t window_bytes,
@@ -123,25 +130,26 @@ fail:
 	return rc;
 }
 
-static int request(struct wimm_log_reader *r, uint32_t op, uint64_t from, uint32_t max,
-		   int timeout_ms)
+static int request(struct wimm_log_reader *r, const struct log_req *q, int timeout_ms)
 {
 	uint32_t imm, v[3] = {LOG_REQ_LEN, 0, LOG_F_REQ};
 	if (r->broken)
 		return r->broken;
-	log_req_encode(r->req, &(struct log_req){.op = op, .max = max, .from = from});
+	log_req_encode(r->req, q);
 	wimm_imm_pack(log_layout_in(), v, &imm);
 	r->answered = 0;
 	int rc = wimm_write_imm(r->conn, r->req_mr, 0, 0, LOG_REQ_LEN, imm, WIMM_F_WAIT);
 	return rc ? rc : await(r, timeout_ms);
 }
 
-int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_log_entry_fn fn,
-		  void *arg, int timeout_ms)
+/* Ask for records (by position, or by writer id and sequence) and deliver
+ * them, each checked against what was asked. */
+static int read_records(struct wimm_log_reader *r, const struct log_req *q, wimm_log_entry_fn fn,
+			void *arg, int timeout_ms)
 {
 	if (!r || !fn)
 		return WIMM_E_INVAL;
-	int rc = request(r, LOG_REQ_READ, from, max, timeout_ms);
+	int rc = request(r, q, timeout_ms);
 	if (rc)
 		return rc;
 	if (r->kind != LOG_K_DATA)
@@ -151,7 +159,10 @@ int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_l
 	for (; n < r->val; n++) {
 		struct log_rec h;
 		if (off + LOG_REC_HDR > r->len || log_rec_decode(r->win + off, &h) ||
-		    off + LOG_REC_HDR + h.len > r->len || h.pos != from + n)
+		    off + LOG_REC_HDR + h.len > r->len)
+			return WIMM_E_PROTO;
+		if (q->op == LOG_REQ_READ ? h.pos != q->from + n
+					  : (h.writer != q->id || h.seq != q->from + n))
 			return WIMM_E_PROTO;
 		const unsigned char *data = r->win + off + LOG_REC_HDR;
 		if (wimm_log_crc32c(0, data, h.len) != h.crc)
@@ -169,11 +180,65 @@ int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_l
 	return (int)n;
 }
 
+int wimm_log_read(struct wimm_log_reader *r, uint64_t from, uint32_t max, wimm_log_entry_fn fn,
+		  void *arg, int timeout_ms)
+{
+	struct log_req q = {.op = LOG_REQ_READ, .max = max, .from = from};
+	return read_records(r, &q, fn, arg, timeout_ms);
+}
+
+int wimm_log_read_writer(struct wimm_log_reader *r, uint64_t id, uint64_t from_seq, uint32_t max,
+			 wimm_log_entry_fn fn, void *arg, int timeout_ms)
+{
+	struct log_req q = {.op = LOG_REQ_READ_LEDGER, .max = max, .from = from_seq, .id = id};
+	return from_seq == 0 ? WIMM_E_INVAL : read_records(r, &q, fn, arg, timeout_ms);
+}
+
+int wimm_log_reader_ledger(struct wimm_log_reader *r, uint64_t id, struct wimm_log_ledger_info *out,
+			   int timeout_ms)
+{
+	if (!r || !out)
+		return WIMM_E_INVAL;
+	int rc = request(r, &(struct log_req){.op = LOG_REQ_LEDGER, .id = id}, timeout_ms);
+	if (rc)
+		return rc;
+	if (r->kind != LOG_K_LEDGER || r->len < LOG_LEDGER_REPLY_LEN)
+		return WIMM_E_PROTO;
+	struct log_ledger_reply lr;
+	log_ledger_reply_decode(r->win, &lr);
+	*out = (struct wimm_log_ledger_info){.last_seq = lr.last_seq,
+					     .durable_seq = lr.durable_seq,
+					     .first_seq = lr.first_seq,
+					     .epoch = lr.epoch};
+	return 0;
+}
+
+int wimm_log_truncate(struct wimm_log_reader *r, uint64_t before, uint64_t *first, int timeout_ms)
+{
+	if (!r)
+		return WIMM_E_INVAL;
+	int rc = request(r, &(struct log_req){.op = LOG_REQ_TRUNCATE, .from = before}, timeout_ms);
+	if (!rc && r->kind != LOG_K_DONE)
+		rc = WIMM_E_PROTO;
+	if (rc || !first)
+		return rc;
+	struct wimm_log_stat st;
+	rc = wimm_log_reader_stat(r, &st, timeout_ms);
+	if (!rc)
+		*first = st.first;
+	return rc;
+}
+
+const char *wimm_log_reader_error(const struct wimm_log_reader *r)
+{
+	return r ? r->err : "";
+}
+
 int wimm_log_reader_stat(struct wimm_log_reader *r, struct wimm_log_stat *out, int timeout_ms)
 {
 	if (!r || !out)
 		return WIMM_E_INVAL;
-	int rc = request(r, LOG_REQ_STAT, 0, 0, timeout_ms);
+	int rc = request(r, &(struct log_req){.op = LOG_REQ_STAT}, timeout_ms);
 	if (rc)
 		return rc;
 	if (r->kind != LOG_K_STAT || r->len < LOG_STAT_LEN)

@@ -36,6 +36,7 @@ struct sconn {
 	int have_hello; /* a hello from private data waits for ESTABLISHED */
 	struct log_hello hello;
 	long wi; /* writer table index */
+	uint32_t epoch;
 	uint64_t expect_seq;
 	size_t tail;
 	uint64_t sent_visible, sent_durable;
@@ -60,7 +61,8 @@ struct wimm_log_server {
 	wimm_log_fn log;
 	void *log_arg;
 	uint64_t duplicates, refused, writers, readers;
-	int failed; /* the store failed: no more promises */
+	int failed;	 /* the store failed: no more promises */
+	uint64_t retain; /* keep at least this many entries; 0: everything */
 	/* The group commit: a thread that fdatasyncs while the loop goes on
 	 * taking entries, and wakes the loop through an eventfd. */
 	pthread_t syncer;
@@ -123,10 +125,10 @@ static void refuse(struct sconn *k, uint32_t code, uint64_t a, uint64_t b)
 	k->drop = 1;
 }
 
-static void post_resume(struct sconn *k, uint64_t last)
+static void post_resume(struct sconn *k, uint64_t last, uint32_t epoch)
 {
 	struct log_resume r = {
-	    .last_seq = last, .ring_size = k->s->ring_size, .version = LOG_VERSION};
+	    .last_seq = last, .ring_size = k->s->ring_size, .version = LOG_VERSION, .epoch = epoch};
 	log_resume_encode(ctl_of(k) + LOG_RESUME_OFF, &r);
 	int rc = wimm_write_imm(k->c, k->s->ctl_mr, (size_t)k->slot * LOG_CLIENT_WINDOW, 0, 32,
 				log_imm_out(LOG_K_RESUME, 0), WIMM_F_WAIT);
@@ -160,7 +162,7 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 			refuse(k, LOG_ERR_PROTO, 0, 0);
 			return;
 		}
-		post_resume(k, 0);
+		post_resume(k, 0, 0);
 		return;
 	}
 	long wi = log_store_writer_find(s->st, h->id, 1);
@@ -170,12 +172,25 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 	}
 	k->role = LOG_ROLE_WRITER;
 	k->wi = wi;
+	k->epoch = h->epoch;
 	s->writers++;
 	struct log_writer_state *w = log_store_writer_at(s->st, (size_t)wi);
+	if (h->epoch < w->epoch) {
+		refuse(k, LOG_ERR_FENCED, w->epoch, h->epoch);
+		return;
+	}
+	/* A higher epoch fences the id: durably, before anything is said. */
+	if (h->epoch > w->epoch && log_store_fence(s->st, (size_t)wi, h->epoch)) {
+		refuse(k, LOG_ERR_STORE, 0, 0);
+		return;
+	}
 	if (w->live >= 0 && s->conns[w->live]) {
 		/* The newer connection wins: the old one is a zombie. */
 		struct sconn *old = s->conns[w->live];
-		refuse(old, LOG_ERR_TAKEN, h->id, 0);
+		if (old->epoch < h->epoch)
+			refuse(old, LOG_ERR_FENCED, h->epoch, old->epoch);
+		else
+			refuse(old, LOG_ERR_TAKEN, h->id, 0);
 	}
 	if (h->first_seq > w->last_seq + 1) {
 		refuse(k, LOG_ERR_GAP, w->last_seq, h->first_seq);
@@ -191,7 +206,7 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 	w->live = k->slot;
 	k->expect_seq = h->first_seq ? h->first_seq : w->last_seq + 1;
 	k->tail = h->start_off;
-	post_resume(k, w->last_seq);
+	post_resume(k, w->last_seq, w->epoch);
 }
 
 /* A writer's entry landed at k->tail (or 0 with WRAP). */
@@ -226,28 +241,64 @@ static int take_entry(struct sconn *k, uint32_t len16, uint32_t seq12, uint32_t 
 		refuse(k, LOG_ERR_CRC, seq, 0);
 		return 0;
 	}
+	struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
+	if (k->epoch < w->epoch) {
+		refuse(k, LOG_ERR_FENCED, w->epoch, k->epoch);
+		return 0;
+	}
 	k->expect_seq++;
 	k->tail = off + wire;
-	struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
 	if (seq <= w->last_seq) {
 		s->duplicates++;
 		return 0;
 	}
 	uint64_t pos;
-	int rc = log_store_append(s->st, w->id, seq, payload, plen, &pos);
+	int rc = log_store_append(s->st, (size_t)k->wi, seq, payload, plen, &pos);
 	if (rc) {
 		s->failed = 1;
 		refuse(k, LOG_ERR_STORE, 0, 0);
 		return 0;
 	}
-	log_store_writer_at(s->st, (size_t)k->wi)->last_seq = seq;
+	return 1;
+}
+
+/* A read by position or by (writer, sequence): 1 when an answer is staged,
+ * 0 when the reader was refused. */
+static int answer_read(struct sconn *k, const struct log_req *q)
+{
+	struct log_store *st = k->s->st;
+	uint32_t n = 0;
+	long got = 0, wi = -1;
+	if (q->op == LOG_REQ_READ) {
+		got = log_store_read(st, q->from, q->max, k->stage, k->stage_len, &n);
+	} else if ((wi = log_store_writer_find(st, q->id, 0)) >= 0) {
+		got = log_store_read_writer(st, (size_t)wi, q->from, q->max, k->stage, k->stage_len,
+					    &n);
+	}
+	if (got == WIMM_E_RANGE) {
+		uint64_t first = q->op == LOG_REQ_READ
+				     ? log_store_first(st)
+				     : log_store_writer_at(st, (size_t)wi)->trunc_seq + 1;
+		refuse(k, LOG_ERR_TRUNCATED, first, q->from);
+		return 0;
+	}
+	if (got == WIMM_E_TOOBIG) {
+		refuse(k, LOG_ERR_TOOBIG, n, 0);
+		return 0;
+	}
+	if (got < 0) {
+		k->s->failed = 1;
+		refuse(k, LOG_ERR_STORE, 0, 0);
+		return 0;
+	}
+	k->reply_len = (size_t)got;
+	k->reply_imm = log_imm_out(LOG_K_DATA, n);
 	return 1;
 }
 
 static void take_request(struct sconn *k)
 {
 	struct log_req q;
-	uint32_t n = 0;
 	log_req_decode(ring_of(k), &q);
 	if (k->reply_due) {
 		refuse(k, LOG_ERR_PROTO, 0, 0);
@@ -259,19 +310,30 @@ static void take_request(struct sconn *k)
 		log_stat_encode(k->stage, &st);
 		k->reply_len = LOG_STAT_LEN;
 		k->reply_imm = log_imm_out(LOG_K_STAT, 0);
-	} else if (q.op == LOG_REQ_READ) {
-		long got = log_store_read(k->s->st, q.from, q.max, k->stage, k->stage_len, &n);
-		if (got == WIMM_E_TOOBIG) {
-			refuse(k, LOG_ERR_TOOBIG, n, 0);
+	} else if (q.op == LOG_REQ_LEDGER) {
+		long wi = log_store_writer_find(k->s->st, q.id, 0);
+		struct log_writer_state *w =
+		    wi < 0 ? NULL : log_store_writer_at(k->s->st, (size_t)wi);
+		struct log_ledger_reply lr = {0};
+		if (w)
+			lr = (struct log_ledger_reply){.last_seq = w->last_seq,
+						       .durable_seq = w->durable_seq,
+						       .first_seq = w->trunc_seq + 1,
+						       .epoch = w->epoch};
+		log_ledger_reply_encode(k->stage, &lr);
+		k->reply_len = LOG_LEDGER_REPLY_LEN;
+		k->reply_imm = log_imm_out(LOG_K_LEDGER, 0);
+	} else if (q.op == LOG_REQ_READ || q.op == LOG_REQ_READ_LEDGER) {
+		if (!answer_read(k, &q))
 			return;
-		}
-		if (got < 0) {
-			k->s->failed = 1;
+	} else if (q.op == LOG_REQ_TRUNCATE) {
+		uint64_t first;
+		if (log_store_truncate(k->s->st, q.from, &first)) {
 			refuse(k, LOG_ERR_STORE, 0, 0);
 			return;
 		}
-		k->reply_len = (size_t)got;
-		k->reply_imm = log_imm_out(LOG_K_DATA, n);
+		k->reply_len = 0;
+		k->reply_imm = log_imm_out(LOG_K_DONE, 0);
 	} else {
 		refuse(k, LOG_ERR_PROTO, 0, 0);
 		return;
@@ -528,6 +590,20 @@ static int wait_events(struct wimm_log_server *s, struct wimm_event *ev, int tim
 	return n;
 }
 
+/* The --retain policy: whole segments go once the log holds more than
+ * retain entries after them. */
+static void retain(struct wimm_log_server *s)
+{
+	struct wimm_log_stat st;
+	uint64_t first;
+	if (!s->retain || s->failed)
+		return;
+	log_store_stat(s->st, &st);
+	if (st.entries - st.first > s->retain && st.segments > 1 &&
+	    log_store_truncate(s->st, st.entries - s->retain, &first))
+		s->failed = 1;
+}
+
 int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 {
 	struct wimm_event ev[EV_BATCH];
@@ -551,6 +627,7 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	 * written before it began returns (group commit). */
 	if (log_store_flush(s->st))
 		s->failed = 1;
+	retain(s);
 	send_acks(s);
 	group_commit(s);
 	send_acks(s);
@@ -582,6 +659,7 @@ int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 	s->max_conns = conns;
 	s->log = attr->log;
 	s->log_arg = attr->log_arg;
+	s->retain = attr->retain;
 	s->conns = calloc(conns, sizeof(*s->conns));
 	s->arena = calloc(conns, ring);
 	s->ctl = calloc(conns, LOG_CLIENT_WINDOW);

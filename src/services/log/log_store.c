@@ -7,7 +7,9 @@
  * seq, position, the payload's CRC32C, the header's CRC32C) and the
  * payload. Recovery keeps every whole record and cuts a torn tail of the
  * last segment; anything else that does not check out is refused before
- * anything in the directory is changed.
+ * anything in the directory is changed. Truncation deletes whole segments
+ * from the oldest on; the metadata file (log_meta.c) keeps what they held
+ * that the log still needs: each writer's last sequence, and fences.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -41,7 +43,11 @@ struct log_store {
 	uint64_t segment_bytes;
 	struct seg *segs;
 	size_t nsegs, segs_cap;
-	/* Per position: segment index << 40 | file offset of its record. */
+	size_t first_seg; /* segments before it are deleted */
+	uint64_t first;	  /* the first position kept */
+	/* Per position from base on: segment index << 40 | file offset of its
+	 * record. */
+	uint64_t base;
 	uint64_t *index;
 	size_t index_cap;
 	uint64_t entries, bytes, durable, recovered, torn_bytes, fsyncs;
@@ -121,9 +127,20 @@ size_t log_store_writers(const struct log_store *st)
 
 static int index_push(struct log_store *st, size_t seg, uint64_t off)
 {
-	if (grow((void **)&st->index, &st->index_cap, st->entries + 1, sizeof(*st->index)))
+	size_t i = (size_t)(st->entries - st->base);
+	if (grow((void **)&st->index, &st->index_cap, i + 1, sizeof(*st->index)))
 		return WIMM_E_NOMEM;
-	st->index[st->entries] = (uint64_t)seg << 40 | off;
+	st->index[i] = (uint64_t)seg << 40 | off;
+	return 0;
+}
+
+/* Writer w's next sequence is at position pos. */
+static int writer_pos_push(struct log_writer_state *w, uint64_t pos)
+{
+	size_t i = (size_t)(w->last_seq - w->trunc_seq);
+	if (grow((void **)&w->pos, &w->pos_cap, i + 1, sizeof(*w->pos)))
+		return WIMM_E_NOMEM;
+	w->pos[i] = pos;
 	return 0;
 }
 
@@ -165,7 +182,7 @@ static int list_segments(struct log_store *st)
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-		    !strcmp(e->d_name, LOCK_NAME))
+		    !strcmp(e->d_name, LOCK_NAME) || log_meta_is_name(e->d_name))
 			continue;
 		if (!is_segment_name(e->d_name)) {
 			say(st, WIMM_LOG_ERROR,
@@ -254,9 +271,9 @@ static int scan_segment(struct log_store *st, size_t si, uint64_t *end)
 			    (unsigned long long)r.pos);
 			return WIMM_E_PROTO;
 		}
-		w->last_seq = w->durable_seq = r.seq;
-		if (index_push(st, si, off))
+		if (writer_pos_push(w, st->entries) || index_push(st, si, off))
 			return WIMM_E_NOMEM;
+		w->last_seq = w->durable_seq = r.seq;
 		st->entries++;
 		st->bytes += r.len;
 		off += LOG_REC_HDR + r.len;
@@ -293,11 +310,59 @@ static int new_segment(struct log_store *st)
 	return 0;
 }
 
+/* The first position segment i holds, from its header (0 when it cannot be
+ * read: its scan says why). */
+static uint64_t seg_first_pos(struct log_store *st, size_t i)
+{
+	char name[64];
+	unsigned char h[SEG_HDR];
+	uint64_t first = 0;
+	seg_name(name, sizeof(name), st->segs[i].no);
+	int fd = openat(st->dirfd, name, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && full_pread(fd, h, SEG_HDR, 0) == 0)
+		first = log_get64(h + 24);
+	if (fd >= 0)
+		close(fd);
+	return first;
+}
+
+/* What the metadata keeps: fences, and the writers' truncated sequences. */
+static int load_meta(struct log_store *st, uint64_t *first)
+{
+	struct log_meta m;
+	int rc = log_meta_load(st->dirfd, st->dir, &m, st->log, st->log_arg);
+	for (size_t i = 0; !rc && i < m.n; i++) {
+		long wi = log_store_writer_find(st, m.writers[i].id, 1);
+		if (wi < 0) {
+			rc = WIMM_E_NOMEM;
+			break;
+		}
+		struct log_writer_state *w = &st->writers[wi];
+		w->trunc_seq = w->last_seq = w->durable_seq = m.writers[i].trunc_seq;
+		w->epoch = m.writers[i].epoch;
+	}
+	*first = m.first;
+	free(m.writers);
+	return rc;
+}
+
 static int recover(struct log_store *st)
 {
-	uint64_t end = 0;
+	uint64_t end = 0, meta_first = 0;
 	int rc = list_segments(st);
-	for (size_t i = 0; !rc && i < st->nsegs; i++) {
+	if (!rc)
+		rc = load_meta(st, &meta_first);
+	if (rc)
+		return rc;
+	/* A truncation interrupted between its metadata and its deletes: the
+	 * segments wholly before the first position kept go now. */
+	size_t doomed = 0;
+	while (meta_first && doomed + 1 < st->nsegs && seg_first_pos(st, doomed + 1) <= meta_first)
+		doomed++;
+	st->first_seg = doomed;
+	if (doomed < st->nsegs)
+		st->entries = st->base = st->first = seg_first_pos(st, doomed);
+	for (size_t i = doomed; !rc && i < st->nsegs; i++) {
 		rc = scan_segment(st, i, &end);
 		if (!rc && end != st->segs[i].size && i + 1 < st->nsegs) {
 			say(st, WIMM_LOG_ERROR,
@@ -312,6 +377,15 @@ static int recover(struct log_store *st)
 	if (rc)
 		return rc;
 	/* Everything checked: only now change anything. */
+	for (size_t i = 0; i < doomed; i++) {
+		char name[64];
+		seg_name(name, sizeof(name), st->segs[i].no);
+		if (unlinkat(st->dirfd, name, 0) && errno != ENOENT) {
+			say(st, WIMM_LOG_ERROR, "cannot delete truncated segment %s/%s: %s",
+			    st->dir, name, strerror(errno));
+			return WIMM_E_PERM;
+		}
+	}
 	if (st->nsegs) {
 		struct seg *last = &st->segs[st->nsegs - 1];
 		if (end < last->size) {
@@ -326,7 +400,7 @@ static int recover(struct log_store *st)
 			last->size = end;
 		}
 		/* What a killed server wrote may sit in the page cache only. */
-		for (size_t i = 0; i < st->nsegs; i++)
+		for (size_t i = st->first_seg; i < st->nsegs; i++)
 			if (fsync(st->segs[i].fd)) {
 				say(st, WIMM_LOG_ERROR, "cannot fsync %s: %s", st->dir,
 				    strerror(errno));
@@ -338,6 +412,7 @@ static int recover(struct log_store *st)
 			return rc;
 	}
 	st->recovered = st->durable = st->entries;
+	st->recovered -= st->first;
 	if (st->recovered)
 		say(st, WIMM_LOG_INFO, "recovered %llu entries of %zu writers in %zu segments",
 		    (unsigned long long)st->recovered, st->nwriters, st->nsegs);
@@ -410,6 +485,8 @@ void log_store_close(struct log_store **pst)
 	free(st->segs);
 	free(st->index);
 	free(st->stage);
+	for (size_t i = 0; i < st->nwriters; i++)
+		free(st->writers[i].pos);
 	free(st->writers);
 	free(st->scratch);
 	free(st->sync_snap);
@@ -485,9 +562,10 @@ int log_store_dirty(const struct log_store *st)
 	return st->durable != st->entries;
 }
 
-int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const void *data,
-		     uint32_t len, uint64_t *pos)
+int log_store_append(struct log_store *st, size_t wi, uint64_t seq, const void *data, uint32_t len,
+		     uint64_t *pos)
 {
+	struct log_writer_state *w = &st->writers[wi];
 	size_t need = LOG_REC_HDR + (size_t)len;
 	struct seg *s = &st->segs[st->nsegs - 1];
 	int rc;
@@ -516,10 +594,13 @@ int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const 
 		}
 	}
 	rc = index_push(st, st->nsegs - 1, s->size + st->stage_len);
+	if (!rc)
+		rc = writer_pos_push(w, st->entries);
 	if (rc)
 		return rc;
+	w->last_seq = seq;
 	struct log_rec r = {.len = len,
-			    .writer = writer,
+			    .writer = w->id,
 			    .seq = seq,
 			    .pos = st->entries,
 			    .crc = wimm_log_crc32c(0, data, len)};
@@ -534,6 +615,33 @@ int log_store_append(struct log_store *st, uint64_t writer, uint64_t seq, const 
 
 /* ----------------------------------------------------------------- read */
 
+/* Copy the record at position p to buf + *got: 1, 0 when it does not fit
+ * (WIMM_E_TOOBIG when nothing was copied yet, *n its size), PERM. */
+static int copy_record(struct log_store *st, uint64_t p, unsigned char *buf, size_t cap,
+		       size_t *got, uint32_t *n)
+{
+	uint64_t at = st->index[p - st->base];
+	const struct seg *s = &st->segs[at >> 40];
+	uint64_t off = at & ((1ull << 40) - 1);
+	if (cap - *got < LOG_REC_HDR)
+		return 0;
+	if (full_pread(s->fd, buf + *got, LOG_REC_HDR, off))
+		return WIMM_E_PERM;
+	uint32_t len = log_get32(buf + *got + 4);
+	if (LOG_REC_HDR + (size_t)len > cap - *got) {
+		if (*n == 0) {
+			*n = LOG_REC_HDR + len;
+			return WIMM_E_TOOBIG;
+		}
+		return 0;
+	}
+	if (full_pread(s->fd, buf + *got + LOG_REC_HDR, len, off + LOG_REC_HDR))
+		return WIMM_E_PERM;
+	*got += LOG_REC_HDR + len;
+	(*n)++;
+	return 1;
+}
+
 long log_store_read(struct log_store *st, uint64_t from, uint32_t max, unsigned char *buf,
 		    size_t cap, uint32_t *n)
 {
@@ -542,27 +650,130 @@ long log_store_read(struct log_store *st, uint64_t from, uint32_t max, unsigned 
 	*n = 0;
 	if (rc)
 		return rc;
-	for (uint64_t p = from; p < st->entries && (!max || *n < max); p++) {
-		const struct seg *s = &st->segs[st->index[p] >> 40];
-		uint64_t off = st->index[p] & ((1ull << 40) - 1);
-		if (cap - got < LOG_REC_HDR)
+	if (from < st->first)
+		return WIMM_E_RANGE;
+	for (uint64_t p = from; p < st->entries && (!max || *n < max); p++)
+		if ((rc = copy_record(st, p, buf, cap, &got, n)) <= 0)
 			break;
-		if (full_pread(s->fd, buf + got, LOG_REC_HDR, off))
-			return WIMM_E_PERM;
-		uint32_t len = log_get32(buf + got + 4);
-		if (LOG_REC_HDR + (size_t)len > cap - got) {
-			if (*n == 0) {
-				*n = LOG_REC_HDR + len;
-				return WIMM_E_TOOBIG;
-			}
+	return rc < 0 ? rc : (long)got;
+}
+
+long log_store_read_writer(struct log_store *st, size_t wi, uint64_t from_seq, uint32_t max,
+			   unsigned char *buf, size_t cap, uint32_t *n)
+{
+	const struct log_writer_state *w = &st->writers[wi];
+	size_t got = 0;
+	int rc = log_store_flush(st);
+	*n = 0;
+	if (rc)
+		return rc;
+	if (from_seq <= w->trunc_seq)
+		return WIMM_E_RANGE;
+	for (uint64_t q = from_seq; q <= w->last_seq && (!max || *n < max); q++)
+		if ((rc = copy_record(st, w->pos[q - w->trunc_seq - 1], buf, cap, &got, n)) <= 0)
 			break;
-		}
-		if (full_pread(s->fd, buf + got + LOG_REC_HDR, len, off + LOG_REC_HDR))
-			return WIMM_E_PERM;
-		got += LOG_REC_HDR + len;
-		(*n)++;
+	return rc < 0 ? rc : (long)got;
+}
+
+uint64_t log_store_first(const struct log_store *st)
+{
+	return st->first;
+}
+
+/* ------------------------------------------- fences and truncation */
+
+/* The metadata as the writer table says, with the first position first. */
+static int meta_save(struct log_store *st, uint64_t first)
+{
+	struct log_meta m = {.first = first};
+	m.writers = calloc(st->nwriters ? st->nwriters : 1, sizeof(*m.writers));
+	if (!m.writers)
+		return WIMM_E_NOMEM;
+	for (size_t i = 0; i < st->nwriters; i++) {
+		const struct log_writer_state *w = &st->writers[i];
+		if (w->epoch || w->trunc_seq)
+			m.writers[m.n++] = (struct log_meta_writer){
+			    .id = w->id, .trunc_seq = w->trunc_seq, .epoch = w->epoch};
 	}
-	return (long)got;
+	int rc = log_meta_store(st->dirfd, st->dir, &m, st->log, st->log_arg);
+	free(m.writers);
+	return rc;
+}
+
+int log_store_fence(struct log_store *st, size_t wi, uint32_t epoch)
+{
+	struct log_writer_state *w = &st->writers[wi];
+	uint32_t old = w->epoch;
+	if (epoch <= old)
+		return 0;
+	w->epoch = epoch;
+	int rc = meta_save(st, st->first);
+	if (rc)
+		w->epoch = old;
+	return rc;
+}
+
+/* How many of writer w's kept sequences lie before position first. */
+static size_t writer_before(const struct log_writer_state *w, uint64_t first)
+{
+	size_t lo = 0, hi = (size_t)(w->last_seq - w->trunc_seq);
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (w->pos[mid] < first)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int log_store_truncate(struct log_store *st, uint64_t before, uint64_t *first)
+{
+	size_t k = st->first_seg;
+	int rc = log_store_flush(st);
+	if (rc)
+		return rc;
+	while (k + 1 < st->nsegs && st->segs[k + 1].first_pos <= before)
+		k++;
+	*first = st->first;
+	if (k == st->first_seg)
+		return 0;
+	uint64_t nfirst = st->segs[k].first_pos;
+	/* The metadata first: a crash after it lets recovery finish the
+	 * deletes; each writer keeps its sequence through it. */
+	uint64_t *keep = calloc(st->nwriters ? st->nwriters : 1, sizeof(*keep));
+	if (!keep)
+		return WIMM_E_NOMEM;
+	for (size_t i = 0; i < st->nwriters; i++) {
+		keep[i] = st->writers[i].trunc_seq;
+		st->writers[i].trunc_seq += writer_before(&st->writers[i], nfirst);
+	}
+	rc = meta_save(st, nfirst);
+	for (size_t i = 0; i < st->nwriters; i++) {
+		struct log_writer_state *w = &st->writers[i];
+		size_t d = (size_t)(w->trunc_seq - keep[i]);
+		if (rc)
+			w->trunc_seq = keep[i];
+		else if (d)
+			memmove(w->pos, w->pos + d, (size_t)(w->last_seq - w->trunc_seq) * 8);
+	}
+	free(keep);
+	if (rc)
+		return rc;
+	for (size_t i = st->first_seg; i < k; i++) {
+		char name[64];
+		seg_name(name, sizeof(name), st->segs[i].no);
+		close(st->segs[i].fd);
+		st->segs[i].fd = -1;
+		if (unlinkat(st->dirfd, name, 0))
+			say(st, WIMM_LOG_WARN, "cannot delete truncated segment %s/%s: %s", st->dir,
+			    name, strerror(errno));
+	}
+	say(st, WIMM_LOG_INFO, "truncated %zu segments: positions before %llu are gone",
+	    k - st->first_seg, (unsigned long long)nfirst);
+	st->first_seg = k;
+	*first = st->first = nfirst;
+	return 0;
 }
 
 void log_store_stat(const struct log_store *st, struct wimm_log_stat *out)
@@ -572,7 +783,8 @@ void log_store_stat(const struct log_store *st, struct wimm_log_stat *out)
 	out->durable = st->durable;
 	out->recovered = st->recovered;
 	out->torn_bytes = st->torn_bytes;
-	out->segments = st->nsegs;
+	out->segments = st->nsegs - st->first_seg;
+	out->first = st->first;
 	out->fsyncs = st->fsyncs;
 	out->writers_known = st->nwriters;
 }

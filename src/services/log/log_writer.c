@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log_internal.h"
 
@@ -108,7 +109,7 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 			struct log_error le;
 			log_error_decode(w->win + LOG_ERROR_OFF, &le);
 			log_error_text(&le, w->err, sizeof(w->err));
-			w->broken = WIMM_E_PROTO;
+			w->broken = le.code == LOG_ERR_FENCED ? WIMM_E_REFUSED : WIMM_E_PROTO;
 			if (w->attr.log)
 				w->attr.log(w->attr.log_arg, WIMM_LOG_ERROR, w->err);
 		}
@@ -142,7 +143,8 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 	struct log_hello h = {.role = LOG_ROLE_WRITER,
 			      .id = w->attr.id,
 			      .first_seq = first_seq,
-			      .start_off = start_off};
+			      .start_off = start_off,
+			      .epoch = w->attr.epoch};
 	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
 	int rc = wimm_ctx_limits(w->ctx, &lim);
 	if (rc)
@@ -191,6 +193,22 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 	return rc ? rc : w->broken;
 }
 
+/* hello() again while the connection is lost before the server answered
+ * (under a burst of connects a server may drop one at accept), until the
+ * attr's timeout. */
+static int hello_retry(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_off)
+{
+	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
+	for (;;) {
+		int rc = hello(w, first_seq, start_off);
+		if (rc != WIMM_E_DISCONNECTED || w->resumed || log_now_ms() >= deadline)
+			return rc;
+		wimm_conn_delete(&w->conn);
+		struct timespec ts = {0, 50 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 			 const struct wimm_log_writer_attr *attr, struct wimm_log_writer **out)
 {
@@ -224,7 +242,7 @@ int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 		if (rc)
 			goto fail;
 	}
-	rc = hello(w, attr->first_seq, 0);
+	rc = hello_retry(w, attr->first_seq, 0);
 	if (rc)
 		goto fail;
 	wimm_mr_dereg(&w->mirror_mr);
@@ -376,7 +394,7 @@ int wimm_log_writer_reconnect(struct wimm_log_writer *w)
 	wimm_conn_delete(&w->conn);
 	uint64_t first = w->qlen ? w->q[w->qhead].seq : w->next_seq;
 	uint32_t start = w->qlen ? w->q[w->qhead].off : w->tail;
-	int rc = hello(w, first, start);
+	int rc = hello_retry(w, first, start);
 	if (rc)
 		return rc;
 	/* Everything not durable goes again, in order; the server drops what
