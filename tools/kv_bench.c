@@ -331,6 +331,9 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 		close(go[i][1]);
 		close(rep[i][0]);
 		waitpid(pid[i], &status, 0);
+		if (WIFSIGNALED(status))
+			fprintf(stderr, "wimm kv bench: %s client %d: killed by signal %d\n", st->name,
+				i, WTERMSIG(status));
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			fails++;
 	}
@@ -563,6 +566,9 @@ int kv_bench(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* A client that dies early must fail its run, not kill the bench
+	 * with the start byte written to its closed pipe. */
+	signal(SIGPIPE, SIG_IGN);
 	static struct cell cells[MAX_LIST][MAX_LIST][2][NDESIGNS];
 	int rport = redis ? kvb_free_port() : -1;
 	pid_t rpid = redis ? kvb_start_redis(rport) : -1;
