@@ -184,7 +184,7 @@ int conf_requests_child(int argc, char **argv);
 
 /* ------------------------------------------- server tests' child peers */
 
-/* A child peer process (conf_server.c): this program re-run as
+/* A child peer process (conf_server_peer.c): this program re-run as
  * `--server-child ROLE URI ARGS...` (under `ip netns exec NS` if netns),
  * dying with the test; it reports lines on st and reads commands on cmd. */
 struct srv_peer {
@@ -215,5 +215,63 @@ int child_cmd(int block);
 int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx);
 int conf_server_child_main(int argc, char **argv);
 int conf_server_scale_child(int argc, char **argv);
+/* The load tests' own roles (conf_server_event_loop.c, conf_server_cycles.c),
+ * dispatched by conf_server_scale_child. */
+int child_loop(const char *uri, const char *addr, const char *mode, int rxd, int nev,
+	       uint32_t count);
+int child_cycles(const char *uri, const char *addr);
+/* Descriptors this process has open (conf_server_scale.c). */
+int count_fds(void);
+/* Tests of conf_tests_server_scale in files of their own. */
+void t_server_event_loop(const char *uri);
+void t_server_connect_cycles(const char *uri);
+
+/* ------------------------------------- the server tests' small loop */
+
+#define SRV_MAX 4
+
+/* One context, one listener, a few connections told apart by their conn
+ * pointer; every event goes through srv_turn (conf_server_loop.c). */
+struct srv {
+	struct wimm_ctx *ctx;
+	struct wimm_listener *l;
+	char addr[300];
+	int n;
+	struct {
+		struct wimm_conn *c;
+		int64_t accepted_ms, established_ms, down_ms;
+		int established, down, status;
+		uint64_t rx;
+	} p[SRV_MAX];
+	int64_t connect_ev_ms; /* the last CONNECT event */
+};
+
+/* wimm_ctx_open (attr may be NULL): 0, or -1 with a skip (no such fabric
+ * here) or a failure recorded. */
+int srv_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm_ctx **ctx);
+/* Open the context (liveness_ms) and listen on listen_addr ("host:0"; NULL:
+ * conf_host()); -1 with a failure or a skip recorded. */
+int srv_open(struct srv *s, const char *uri, uint32_t liveness_ms, const char *listen_addr);
+void srv_close(struct srv *s);
+/* Serve until *flag becomes non-zero (or fn says so), at most timeout_ms;
+ * 1 when it did, 0 on timeout, -1 on failure. */
+typedef int (*srv_cond)(struct srv *s, void *arg);
+int srv_until(struct srv *s, srv_cond cond, void *arg, int timeout_ms);
+/* Conditions: connection k has rung n doorbells (arg: struct rx_goal);
+ * connection *(int *)arg is down. */
+struct rx_goal {
+	int k;
+	uint64_t n;
+};
+int cond_rx(struct srv *s, void *arg);
+int cond_down(struct srv *s, void *arg);
+/* The peer's next line starting with prefix, serving meanwhile. */
+int srv_expect(struct srv *s, struct srv_peer *peer, const char *prefix, char *line, size_t len,
+	       int timeout_ms, const char *who);
+/* A "stream" child: connect to addr, ring doorbells every pace_us. */
+int spawn_stream(struct srv_peer *p, const char *netns, const char *uri, const char *addr,
+		 unsigned pace_us, uint32_t liveness);
+/* Where srv_needs_park(uri): SIGUSR1 and serve until it says "parked". */
+int srv_park(struct srv *s, struct srv_peer *peer, const char *uri, const char *who);
 
 #endif

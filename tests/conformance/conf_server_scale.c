@@ -1,18 +1,19 @@
 /* The server under load (issue 6), its clients in processes of their own:
  * - server_event_loop: rx_depth 2..8, event arrays smaller and larger than
  *   the window, both peers sending, in every wait mode and in an own epoll
- *   loop: no stall;
+ *   loop: no stall (conf_server_event_loop.c);
  * - server_many_connections: 1,000 connections to one context from several
- *   client processes, each delivering its doorbells;
+ *   client processes, each delivering its doorbells (here);
  * - server_connect_cycles: 200 connect/send/close cycles against one
- *   running server without growth of its descriptors or heap.
- * The child plumbing (struct srv_peer, child_*) is in conf_server.c. */
+ *   running server without growth of its descriptors or heap
+ *   (conf_server_cycles.c).
+ * Here: the table of the three, the many-connections test and its client
+ * role, and the dispatch of the load tests' child roles. The child
+ * plumbing (struct srv_peer, child_*) is in conf_server_peer.c. */
 #include <dirent.h>
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -22,7 +23,6 @@
 #define SCALE_DOORBELLS 10
 #define SCALE_MAGIC 0x5743u /* "WC" */
 #define SCALE_WAIT_MS ((int)(60000 * conf_scale()))
-#define STALL_MS ((int)(10000 * conf_scale()))
 
 /* Connections of server_many_connections: WIMM_TEST_SCALE_CONNS, else
  * 1,000; 100 with WIMM_TEST_QUICK and on Soft-RoCE (rxe under TCG). */
@@ -37,7 +37,7 @@ static int scale_conns(const char *uri)
 	return 1000;
 }
 
-static int count_fds(void)
+int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
@@ -50,235 +50,6 @@ static int count_fds(void)
 			n++;
 	closedir(d);
 	return n - 1; /* the DIR's own */
-}
-
-/* --------------------------------------------------- server_event_loop */
-
-/* Both sides: ring `count` doorbells and take the peer's `count`, waiting
- * in `mode` ("spin", "block", "adaptive", "epoll": own epoll loop on
- * wimm_ctx_fd after wimm_ctx_arm returned 0) with an event array of nev;
- * then close gracefully. No progress for STALL_MS is a stall. A side that
- * has sent everything sleeps up to STALL_MS at a time, so a lost wake-up
- * (or receive slots never handed back) is a stall, not a slow pass. */
-static int loop_run(struct wimm_ctx *ctx, struct wimm_conn **c, const char *mode, int nev,
-		    uint32_t count, const char *side, char *why, size_t why_len)
-{
-	struct wimm_event ev[16];
-	uint32_t sent = 0, got = 0;
-	int64_t last = conf_now_ms();
-	int epfd = -1, fd = -1, ret = -1, m;
-
-	if (strcmp(mode, "spin") == 0)
-		m = WIMM_WAIT_SPIN;
-	else if (strcmp(mode, "block") == 0)
-		m = WIMM_WAIT_BLOCK;
-	else if (strcmp(mode, "adaptive") == 0)
-		m = WIMM_WAIT_ADAPTIVE;
-	else
-		m = -1;
-	if (nev > 16)
-		nev = 16;
-	if (m < 0) {
-		struct epoll_event e = {.events = EPOLLIN};
-
-		if (wimm_ctx_fd(ctx, &fd) || (epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-		    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e)) {
-			snprintf(why, why_len, "%s: no epoll on wimm_ctx_fd", side);
-			goto out;
-		}
-	}
-	while (sent < count || got < count) {
-		uint32_t before = sent + got;
-		int rc = 0, n;
-
-		while (sent < count && (rc = wimm_write_imm(*c, NULL, 0, 0, 0, sent, 0)) == 0)
-			sent++;
-		if (rc && rc != WIMM_E_AGAIN) {
-			snprintf(why, why_len, "%s: write_imm #%u: %s", side, sent,
-				 wimm_err_name(rc));
-			goto out;
-		}
-		if (sent == count && got == count)
-			break;
-		/* A credit coming back is no event: wimm_wait would sleep on
-		 * until its timeout, so out of credit it looks again after 1 ms.
-		 * The fd, though, wakes a sender out of credit (wimm_ctx_fd): the
-		 * own loop always sleeps up to STALL_MS, as does a side with
-		 * nothing left to send. */
-		int sleep_ms = sent < count && m >= 0 ? 1 : STALL_MS;
-
-		if (m >= 0) {
-			n = wimm_wait(ctx, ev, nev, (enum wimm_wait_mode)m, sleep_ms);
-		} else {
-			rc = wimm_ctx_arm(ctx);
-			if (rc == 0) {
-				struct epoll_event e;
-
-				if (epoll_wait(epfd, &e, 1, sleep_ms) < 0 && errno != EINTR) {
-					snprintf(why, why_len, "%s: epoll_wait: %s", side,
-						 strerror(errno));
-					goto out;
-				}
-			} else if (rc != WIMM_E_AGAIN) {
-				snprintf(why, why_len, "%s: wimm_ctx_arm: %s", side,
-					 wimm_err_name(rc));
-				goto out;
-			}
-			n = wimm_poll(ctx, ev, nev);
-		}
-		if (n < 0 || n > nev) {
-			snprintf(why, why_len, "%s: wait/poll: %d (%s) with an array of %d", side,
-				 n, n < 0 ? wimm_err_name(n) : "more than asked for", nev);
-			goto out;
-		}
-		for (int i = 0; i < n; i++) {
-			/* The peer closes once it has everything of ours. */
-			if (ev[i].type == WIMM_EV_DISCONNECT && got == count && sent == count)
-				break;
-			if (ev[i].type != WIMM_EV_WRITE_IMM || ev[i].imm != got) {
-				snprintf(why, why_len,
-					 "%s: %s event (imm %u, %s) where doorbell %u was due (%u "
-					 "of %u sent)",
-					 side, conf_ev_name(ev[i].type), ev[i].imm,
-					 wimm_err_name(ev[i].status), got, sent, count);
-				goto out;
-			}
-			got++;
-		}
-		int64_t now = conf_now_ms();
-
-		if (sent + got != before)
-			last = now;
-		else if (now - last > STALL_MS) {
-			snprintf(why, why_len,
-				 "%s: stall: no progress for %lld ms, %u of %u sent, %u of %u "
-				 "received",
-				 side, (long long)(now - last), sent, count, got, count);
-			goto out;
-		}
-	}
-	/* The peer's last doorbell is here, ours may still be in flight:
-	 * close gracefully (the peer may have closed already). */
-	int rc = wimm_conn_close(c, STALL_MS);
-
-	if (rc && rc != WIMM_E_DISCONNECTED) {
-		snprintf(why, why_len, "%s: wimm_conn_close: %s", side, wimm_err_name(rc));
-		goto out;
-	}
-	ret = 0;
-out:
-	if (epfd >= 0)
-		close(epfd);
-	return ret;
-}
-
-static void t_server_event_loop(const char *uri)
-{
-	static const int depths[] = {2, 3, 4, 8}, arrays[] = {1, 16};
-	static const char *const modes[] = {"spin", "block", "adaptive", "epoll"};
-	/* Soft-RoCE under TCG is slow: fewer there, as with WIMM_TEST_QUICK. */
-	const uint32_t count = conf_quick() || strncmp(uri, "verbs:rxe", 9) == 0 ? 300 : 1000;
-	struct srv_peer p = {.pid = -1, .st = -1, .cmd = -1};
-	struct wimm_listener *l = NULL;
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_conn *c = NULL;
-	char addr[300], why[300], combo[80];
-	int64_t slowest = 0, total = 0;
-	int combos = 0;
-	char slowest_combo[80] = "";
-	/* To rerun one combination: e.g. "block, rx_depth 4, 16". */
-	const char *only = getenv("WIMM_TEST_EVENT_LOOP");
-
-	int rc = wimm_ctx_open(uri, NULL, &ctx);
-	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
-		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
-		return;
-	}
-	CHECK_OK(rc);
-	for (size_t mi = 0; mi < sizeof(modes) / sizeof(modes[0]); mi++) {
-		for (size_t di = 0; di < sizeof(depths) / sizeof(depths[0]); di++) {
-			for (size_t ai = 0; ai < sizeof(arrays) / sizeof(arrays[0]); ai++) {
-				struct wimm_conn_attr attr = {.rx_depth = (uint32_t)depths[di]};
-				char rxd[8], nev[8], cnt[16];
-
-				snprintf(combo, sizeof(combo), "%s, rx_depth %d, %d-event array",
-					 modes[mi], depths[di], arrays[ai]);
-				if (only && !strstr(combo, only))
-					continue;
-				snprintf(rxd, sizeof(rxd), "%d", depths[di]);
-				snprintf(nev, sizeof(nev), "%d", arrays[ai]);
-				snprintf(cnt, sizeof(cnt), "%u", count);
-				if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
-					goto out;
-				const char *argv[] = {"loop", uri, addr, modes[mi],
-						      rxd,    nev, cnt,	 NULL};
-				int64_t t0 = conf_now_ms();
-
-				if (srv_peer_spawn(&p, NULL, argv))
-					goto out;
-				rc = wimm_accept(l, CONNECT_TIMEOUT_MS, &c);
-				CHECKF(rc == 0, "%s: wimm_accept: %s", combo, wimm_err_name(rc));
-				CHECKF(loop_run(ctx, &c, modes[mi], arrays[ai], count, "server",
-						why, sizeof(why)) == 0,
-				       "%s: %s", combo, why);
-				int st = srv_peer_exit(&p, STALL_MS + 5000);
-				char line[256];
-
-				while (srv_peer_line(&p, line, sizeof(line)) == 1)
-					;
-				CHECKF(st == 0, "%s: the client %s%s%s", combo,
-				       st < 0 ? "did not exit" : "failed", p.why[0] ? ": " : "",
-				       p.why);
-				int64_t ms = conf_now_ms() - t0;
-
-				total += ms;
-				combos++;
-				if (ms > slowest) {
-					slowest = ms;
-					snprintf(slowest_combo, sizeof(slowest_combo), "%s", combo);
-				}
-				srv_peer_reap(&p);
-				wimm_listener_delete(&l);
-			}
-		}
-		conf_diag("%s: done, %lld ms so far", modes[mi], (long long)total);
-	}
-	conf_diag("%d combinations x %u doorbells each way: %lld ms in all, slowest %lld ms (%s)",
-		  combos, count, (long long)total, (long long)slowest, slowest_combo);
-	CHECKF(combos > 0, "WIMM_TEST_EVENT_LOOP=\"%s\" matches no combination", only);
-out:
-	srv_peer_reap(&p);
-	wimm_conn_delete(&c);
-	wimm_listener_delete(&l);
-	if (ctx) {
-		rc = wimm_ctx_close(&ctx);
-		if (rc)
-			conf_fail(__FILE__, __LINE__, "wimm_ctx_close: %s", wimm_err_name(rc));
-	}
-}
-
-/* The peer of server_event_loop: the same loop as the test's side. */
-static int child_loop(const char *uri, const char *addr, const char *mode, int rxd, int nev,
-		      uint32_t count)
-{
-	struct wimm_conn_attr attr = {.rx_depth = (uint32_t)rxd};
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_conn *c = NULL;
-	char why[300];
-
-	if (child_open(uri, 0, &ctx))
-		return 1;
-	int rc = wimm_connect(ctx, addr, &attr, CONNECT_TIMEOUT_MS, &c);
-	if (rc)
-		return child_fail(ctx, "wimm_connect", rc);
-	if (loop_run(ctx, &c, mode, nev, count, "client", why, sizeof(why))) {
-		child_say("fail %s", why);
-		return 1;
-	}
-	child_say("done");
-	wimm_conn_delete(&c);
-	wimm_ctx_close(&ctx);
-	return 0;
 }
 
 /* ---------------------------------------------------------- child roles */
@@ -420,35 +191,6 @@ static int child_many(const char *uri, int proc, int nconn, const char *addr)
 	free(c);
 	rc = wimm_ctx_close(&ctx);
 	return rc ? child_fail(NULL, "wimm_ctx_close", rc) : 0;
-}
-
-/* cycles ADDR: on each 'g', connect, ring doorbell i, close; say "cycle i". */
-static int child_cycles(const char *uri, const char *addr)
-{
-	struct wimm_ctx *ctx = NULL;
-	char what[64];
-
-	if (child_open(uri, 0, &ctx))
-		return 1;
-	for (uint32_t i = 0; child_cmd(1) == 'g'; i++) {
-		struct wimm_conn *c = NULL;
-
-		snprintf(what, sizeof(what), "cycle %u: wimm_connect", i);
-		int rc = wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c);
-		if (rc)
-			return child_fail(ctx, what, rc);
-		snprintf(what, sizeof(what), "cycle %u: wimm_write_imm", i);
-		rc = wimm_write_imm(c, NULL, 0, 0, 0, i, WIMM_F_WAIT);
-		if (rc)
-			return child_fail(ctx, what, rc);
-		snprintf(what, sizeof(what), "cycle %u: wimm_conn_close", i);
-		rc = wimm_conn_close(&c, 5000);
-		if (rc)
-			return child_fail(ctx, what, rc);
-		child_say("cycle %u", i);
-	}
-	wimm_ctx_close(&ctx);
-	return 0;
 }
 
 int conf_server_scale_child(int argc, char **argv)
@@ -739,13 +481,10 @@ static void t_server_many_connections(const char *uri)
 	       "may need",
 	       (unsigned long long)rl.rlim_cur, 2 * m.total + 64, m.total);
 	struct wimm_ctx_attr cattr = {.log = srv_log};
-	int rc = wimm_ctx_open(uri, &cattr, &m.ctx);
+	int rc;
 
-	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
-		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
+	if (srv_ctx_open(uri, &cattr, &m.ctx))
 		goto out;
-	}
-	CHECK_OK(rc);
 	if (conf_listen(m.ctx, NULL, &m.l, addr, sizeof(addr)))
 		goto out;
 	int fds0 = count_fds();
@@ -826,147 +565,6 @@ out:
 	free(m.rx);
 	free(m.acc_ms);
 	free(m.est);
-}
-
-/* ------------------------------------------- server_connect_cycles */
-
-#define CYCLES 200
-#define CYCLES_BASE 10
-/* Heap growth allowed from cycle 10 to cycle 200. ofi:tcp's grows in steps
- * of a few hundred bytes that level off (measured: +1 to +4.3 KB by cycle
- * 200, +2 KB more by cycle 3,000): a pool, not a leak per connection. The
- * ~290 B per connection libfabric shm kept (an endpoint enabled per
- * connection) went with one endpoint per context: +0 B here now. */
-#define HEAP_TOLERANCE 8192
-
-/* One cycle at the server: a CONNECT accepted, doorbell `i` on it, then its
- * DISCONNECT, and the connection deleted. */
-static int serve_cycle(struct wimm_ctx *ctx, struct wimm_listener *l, struct srv_peer *p,
-		       uint32_t i)
-{
-	struct wimm_conn *c = NULL;
-	struct wimm_event ev[16];
-	int got = 0, down = 0, closed = 0;
-	int64_t deadline = conf_now_ms() + (int64_t)(10000 * conf_scale());
-
-	CHECK(srv_peer_cmd(p, 'g') == 0);
-	while (!down) {
-		if (conf_now_ms() >= deadline) {
-			struct wimm_conn_stats cs = {0};
-			struct wimm_conn_info ci = {0};
-
-			if (c) {
-				wimm_conn_info(c, &ci);
-				wimm_conn_stats(c, &cs);
-			}
-			CHECKF(0,
-			       "cycle %u: %s after 10 s%s%s%s (the server's connection: "
-			       "connected %d, %llu heartbeats in, %llu out)",
-			       i,
-			       !c     ? "no connection"
-			       : !got ? "no doorbell"
-				      : "no DISCONNECT",
-			       p->why[0] ? "; client: " : "", p->why,
-			       closed ? ", though the client's wimm_conn_close returned 0" : "",
-			       ci.connected, (unsigned long long)cs.heartbeats_in,
-			       (unsigned long long)cs.heartbeats_out);
-		}
-		int n = wimm_wait(ctx, ev, 16, WIMM_WAIT_ADAPTIVE, 10);
-
-		CHECKF(n >= 0, "cycle %u: wimm_wait: %s", i, wimm_err_name(n));
-		for (int k = 0; k < n; k++) {
-			if (ev[k].type == WIMM_EV_CONNECT) {
-				if (c)
-					continue; /* level-triggered: one at a time here */
-				int rc = wimm_accept(l, 0, &c);
-
-				CHECKF(rc == 0 || rc == WIMM_E_AGAIN, "cycle %u: wimm_accept: %s",
-				       i, wimm_err_name(rc));
-				continue;
-			}
-			CHECKF(c && ev[k].conn == c, "cycle %u: %s event of another connection", i,
-			       conf_ev_name(ev[k].type));
-			if (ev[k].type == WIMM_EV_ESTABLISHED)
-				continue;
-			if (ev[k].type == WIMM_EV_WRITE_IMM) {
-				CHECKF(ev[k].imm == i && !got, "cycle %u: doorbell %u", i,
-				       ev[k].imm);
-				got = 1;
-				continue;
-			}
-			CHECKF(ev[k].type == WIMM_EV_DISCONNECT && got, "cycle %u: %s event (%s)%s",
-			       i, conf_ev_name(ev[k].type), wimm_err_name(ev[k].status),
-			       got ? "" : " before the doorbell");
-			down = 1;
-		}
-		char line[256];
-
-		unsigned said;
-
-		while (srv_peer_line(p, line, sizeof(line)) == 1)
-			if (sscanf(line, "cycle %u", &said) == 1 && said == i)
-				closed = 1;
-		CHECKF(!p->why[0], "cycle %u: client: %s", i, p->why);
-	}
-	wimm_conn_delete(&c);
-	return 0;
-out:
-	wimm_conn_delete(&c);
-	return -1;
-}
-
-static void t_server_connect_cycles(const char *uri)
-{
-	struct srv_peer p = {.pid = -1, .st = -1, .cmd = -1};
-	struct wimm_listener *l = NULL;
-	struct wimm_ctx *ctx = NULL;
-	char addr[300];
-	int fds_base = 0;
-	size_t heap_base = 0;
-	int64_t t0 = 0, t_base = 0;
-
-	int rc = wimm_ctx_open(uri, NULL, &ctx);
-	if (rc == WIMM_E_NOFABRIC || rc == WIMM_E_NODEV) {
-		conf_skip("fabric %s not available here (%s)", uri, wimm_err_name(rc));
-		return;
-	}
-	CHECK_OK(rc);
-	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
-		goto out;
-	const char *argv[] = {"cycles", uri, addr, NULL};
-
-	if (srv_peer_spawn(&p, NULL, argv))
-		goto out;
-	t0 = conf_now_ms();
-	for (uint32_t i = 0; i < (uint32_t)CYCLES; i++) {
-		if (serve_cycle(ctx, l, &p, i))
-			goto out;
-		if (i + 1 == CYCLES_BASE) {
-			fds_base = count_fds();
-			heap_base = mallinfo2().uordblks;
-			t_base = conf_now_ms();
-		}
-	}
-	int fds = count_fds();
-	size_t heap = mallinfo2().uordblks;
-	long long grown = (long long)heap - (long long)heap_base;
-	double per = (double)grown / (CYCLES - CYCLES_BASE);
-	conf_diag("%d connect/doorbell/close cycles in %lld ms (%.1f ms each after the first "
-		  "%d); server after %d: %d fds, heap %zu B; after %d: %d fds, heap %zu B "
-		  "(%+lld B, %.1f B per cycle; tolerance %d B)",
-		  CYCLES, (long long)(conf_now_ms() - t0),
-		  (double)(conf_now_ms() - t_base) / (CYCLES - CYCLES_BASE), CYCLES_BASE,
-		  CYCLES_BASE, fds_base, heap_base, CYCLES, fds, heap, grown, per, HEAP_TOLERANCE);
-	CHECKF(fds <= fds_base, "the server's descriptors grew from %d to %d in %d cycles",
-	       fds_base, fds, CYCLES - CYCLES_BASE);
-	CHECKF(grown <= HEAP_TOLERANCE,
-	       "the server's heap grew %lld B (%.1f B per cycle) in %d cycles", grown, per,
-	       CYCLES - CYCLES_BASE);
-out:
-	srv_peer_reap(&p);
-	wimm_listener_delete(&l);
-	if (ctx && (rc = wimm_ctx_close(&ctx)))
-		conf_fail(__FILE__, __LINE__, "wimm_ctx_close: %s", wimm_err_name(rc));
 }
 
 const struct conf_test conf_tests_server_scale[] = {

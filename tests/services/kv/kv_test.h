@@ -13,7 +13,9 @@ double now_s(void);
 int role_hostile(char **a);
 /* leaser FABRIC ADDR (kv_test_hostile.c). */
 int role_leaser(char **a);
-/* A value of key by writer, seq (kv_test.c); 0 if v is whole and of key. */
+/* --child ROLE ARGS... (kv_test_roles.c): the role's exit status. */
+int child_main(int argc, char **argv);
+/* A value of key by writer, seq (kv_test_roles.c); 0 if v is whole and of key. */
 void make_value(unsigned char *v, uint32_t key, uint32_t writer, uint32_t seq, uint32_t len);
 int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writer, uint32_t *seq);
 
