@@ -56,6 +56,12 @@ int test_concurrent(void)
 			bad++;
 		}
 	}
+	if (bad) {
+		/* What the server said about them (refusals, drops). */
+		kill(srv.pid, SIGTERM);
+		proc_wait(&srv, 10000);
+		fprintf(stderr, "the server's stderr:\n%s\n", srv.errtext);
+	}
 	CHECK(!bad, "%d writers failed", bad);
 	struct verify *v = calloc(1, sizeof(*v));
 	v->min = 1;
