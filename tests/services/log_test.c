@@ -52,7 +52,8 @@ int test_concurrent(void)
 	for (unsigned i = 0; i < nw; i++) {
 		int st = proc_wait(&w[i], long_run ? 3600000 : 120000);
 		if (st != 0) {
-			fprintf(stderr, "writer %u: status %d: %s\n", i + 1, st, w[i].errtext);
+			fprintf(stderr, "writer %u: status %d, %llu acknowledged: %s\n", i + 1, st,
+				(unsigned long long)w[i].durable, w[i].errtext);
 			bad++;
 		}
 	}
