@@ -76,6 +76,11 @@ for scenario in sums backup async split worker_kill worker_kill_backup worker_re
 	step "ps.$scenario" "$build/tests/services/ps/ps_test" "$build/tools/wimm" "verbs:$dev" \
 		"$scenario"
 done
+# The remote log service likewise (tests/services/log_test*.c; its hostile
+# writer is a raw wimm connection: it runs here too).
+for t in crash writer_kill bad_input replication truncate hostile; do
+	step "log.$t" "$build/tests/services/log_test" "$build/tools/wimm" "verbs:$dev" "$t"
+done
 
 # The Python package's suite on the same device (its conftest prints the
 # "N passed, N failed" line); the library is the build's.

@@ -52,9 +52,16 @@ int test_concurrent(void)
 	for (unsigned i = 0; i < nw; i++) {
 		int st = proc_wait(&w[i], long_run ? 3600000 : 120000);
 		if (st != 0) {
-			fprintf(stderr, "writer %u: status %d: %s\n", i + 1, st, w[i].errtext);
+			fprintf(stderr, "writer %u: status %d, %llu acknowledged: %s\n", i + 1, st,
+				(unsigned long long)w[i].durable, w[i].errtext);
 			bad++;
 		}
+	}
+	if (bad) {
+		/* What the server said about them (refusals, drops). */
+		kill(srv.pid, SIGTERM);
+		proc_wait(&srv, 10000);
+		fprintf(stderr, "the server's stderr:\n%s\n", srv.errtext);
 	}
 	CHECK(!bad, "%d writers failed", bad);
 	struct verify *v = calloc(1, sizeof(*v));
@@ -82,7 +89,7 @@ int test_crash(void)
 		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0,
 		      "spawn");
 	/* Mid-stream: every writer has something durable. */
-	int64_t end = now_ms() + 30000;
+	int64_t end = now_ms() + scaled_ms(30000);
 	for (int i = 0; i < NW; i++)
 		while (w[i].durable < 300 && now_ms() < end)
 			proc_line(&w[i], 50);
@@ -139,7 +146,7 @@ int test_writer_kill(void)
 	CHECK(writer_start(&a, port, 1, 4000, "1-16384", NULL) == 0, "spawn");
 	CHECK(writer_start(&b, port, 2, 4000, "1-16384", NULL) == 0, "spawn");
 	CHECK(writer_start(&c, port, 3, 100000, "1-16384", NULL) == 0, "spawn");
-	int64_t end = now_ms() + 30000;
+	int64_t end = now_ms() + scaled_ms(30000);
 	while (c.durable < 200 && now_ms() < end)
 		proc_line(&c, 50);
 	CHECK(c.durable >= 200, "writer 3 made no progress");
@@ -209,7 +216,7 @@ int test_bad_input(void)
 	int port = server_start(&srv, 0, "--ring", "65536");
 	CHECK(port > 0, "server");
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	/* The hello as the first doorbell, as verbs (no private data) does. */
 	char *ok[] = {(char *)wimm_bin, "log", "append", addr, "-f",	 (char *)fabric,
 		      "--id",		"5",   "--gen",	 "3",  "--size", "100",

@@ -51,7 +51,7 @@ static int feed(struct proc *p, uint64_t from, uint64_t to)
 /* Until the writer says its LAC reached want (or 60 s). */
 static int await_committed(struct proc *p, uint64_t want)
 {
-	int64_t end = now_ms() + 60000;
+	int64_t end = now_ms() + scaled_ms(60000);
 	while (p->durable < want && now_ms() < end)
 		proc_line(p, 50);
 	return p->durable >= want ? 0 : -1;
@@ -104,14 +104,14 @@ static int read_ledger(const int *ports, unsigned n, struct ledger_check *c)
 		char addr[64];
 		if (!ports[i])
 			continue;
-		snprintf(addr, sizeof(addr), "127.0.0.1:%d", ports[i]);
+		test_addr(addr, sizeof(addr), ports[i]);
 		if (wimm_ctx_open(fabric, NULL, &ctx[i]) ||
-		    wimm_log_reader_open(ctx[i], addr, 0, 10000, &r[i]))
+		    wimm_log_reader_open(ctx[i], addr, 0, scaled_ms(10000), &r[i]))
 			rc = -1;
 	}
 	while (!rc) {
-		int got =
-		    wimm_log_ledger_read(r, n, LEDGER_ID, from, 0, check_ledger_entry, c, 10000);
+		int got = wimm_log_ledger_read(r, n, LEDGER_ID, from, 0, check_ledger_entry, c,
+					       scaled_ms(10000));
 		if (got <= 0 || c->bad) {
 			rc = got < 0 || c->bad ? -1 : 0;
 			break;
@@ -135,9 +135,9 @@ int test_replication(void)
 		port[i] = server_start_dir(&srv[i], d[i], 0, NULL, NULL);
 		CHECK(port[i] > 0, "server %d", i + 1);
 	}
-	snprintf(hosts, sizeof(hosts), "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0], port[1],
-		 port[2]);
-	snprintf(addr1, sizeof(addr1), "127.0.0.1:%d", port[0]);
+	const char *h = test_host();
+	snprintf(hosts, sizeof(hosts), "%s:%d,%s:%d,%s:%d", h, port[0], h, port[1], h, port[2]);
+	test_addr(addr1, sizeof(addr1), port[0]);
 	char *old[] = {(char *)wimm_bin, "log",		 "append", hosts,  "-f",
 		       (char *)fabric,	 "--ack-quorum", "2",	   "--id", "9",
 		       "--progress",	 "50",		 NULL};
@@ -231,12 +231,12 @@ static int stat_of(int port, struct wimm_log_stat *st)
 	struct wimm_ctx *ctx;
 	struct wimm_log_reader *r = NULL;
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	int rc = wimm_ctx_open(fabric, NULL, &ctx);
 	if (!rc)
-		rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
+		rc = wimm_log_reader_open(ctx, addr, 0, scaled_ms(10000), &r);
 	if (!rc)
-		rc = wimm_log_reader_stat(r, st, 10000);
+		rc = wimm_log_reader_stat(r, st, scaled_ms(10000));
 	wimm_log_reader_close(&r);
 	wimm_ctx_close(&ctx);
 	return rc;
@@ -249,7 +249,7 @@ int test_truncate(void)
 	char addr[64], fb[32];
 	int port = server_start(&srv, 0, "--segment", "65536");
 	CHECK(port > 0, "server");
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	CHECK(writer_start(&w, port, 1, 2000, "100", NULL) == 0 && proc_wait(&w, 60000) == 0,
 	      "writer: %s", w.errtext);
 	int before = count_segments(dir);
@@ -290,10 +290,10 @@ int test_truncate(void)
 	struct wimm_ctx *ctx;
 	struct wimm_log_reader *r;
 	CHECK(wimm_ctx_open(fabric, NULL, &ctx) == 0 &&
-		  wimm_log_reader_open(ctx, addr, 0, 10000, &r) == 0,
+		  wimm_log_reader_open(ctx, addr, 0, scaled_ms(10000), &r) == 0,
 	      "reader");
 	while (v->next_pos < 2010 && !v->bad)
-		if (wimm_log_read(r, v->next_pos, 0, check_entry, v, 10000) <= 0)
+		if (wimm_log_read(r, v->next_pos, 0, check_entry, v, scaled_ms(10000)) <= 0)
 			break;
 	wimm_log_reader_close(&r);
 	wimm_ctx_close(&ctx);
@@ -341,7 +341,7 @@ struct raw {
 /* The first answer of the server of kind `want`, or -1 (dropped, none). */
 static int raw_await(struct raw *r, uint32_t want)
 {
-	int64_t end = now_ms() + 15000;
+	int64_t end = now_ms() + scaled_ms(15000);
 	while (now_ms() < end) {
 		struct wimm_event ev[8];
 		int n = wimm_wait(r->ctx, ev, 8, WIMM_WAIT_ADAPTIVE, 100);
@@ -367,7 +367,7 @@ static int raw_open(struct raw *r, int port, uint64_t id)
 	unsigned char hb[LOG_HELLO_LEN];
 	char addr[64];
 	memset(r, 0, sizeof(*r));
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	log_hello_encode(hb, &(struct log_hello){.role = LOG_ROLE_WRITER, .id = id});
 	if (wimm_ctx_open(fabric, NULL, &r->ctx) || wimm_ctx_limits(r->ctx, &lim) ||
 	    wimm_mr_reg(r->ctx, r->ring, sizeof(r->ring), WIMM_LOCAL, &r->ring_mr) ||
@@ -378,7 +378,7 @@ static int raw_open(struct raw *r, int port, uint64_t id)
 				   .rx_depth = 16,
 				   .private_data = inband ? NULL : hb,
 				   .private_len = inband ? 0 : LOG_HELLO_LEN};
-	if (wimm_connect(r->ctx, addr, &a, 10000, &r->c))
+	if (wimm_connect(r->ctx, addr, &a, scaled_ms(10000), &r->c))
 		return -1;
 	if (inband) {
 		uint32_t imm, v[3] = {LOG_HELLO_LEN, 0, LOG_F_HELLO};
@@ -455,7 +455,7 @@ int test_hostile(void)
 	char addr[64], d[300], f[400];
 	int port = server_start(&srv, 0, "--ring", "65536");
 	CHECK(port > 0, "server");
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	CHECK(hostile_writers(port, &srv) == 0, "hostile writers");
 	/* Nothing but writer 33's one good entry got in; honest writers go on. */
 	CHECK(stat_of(port, &st) == 0 && st.entries == 1 && st.refused >= 3,

@@ -15,8 +15,6 @@
 #include <wimm/log.h>
 
 #include "log_cmd.h"
-
-#include "log_cmd.h"
 #include "log_test_util.h"
 
 const char *wimm_bin, *fabric;
@@ -29,6 +27,25 @@ int64_t now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *test_host(void)
+{
+	const char *h = getenv("WIMM_TEST_HOST");
+	return h && *h ? h : "127.0.0.1";
+}
+
+char *test_addr(char *buf, size_t len, int port)
+{
+	snprintf(buf, len, "%s:%d", test_host(), port);
+	return buf;
+}
+
+int scaled_ms(int ms)
+{
+	const char *s = getenv("WIMM_TEST_TIMEOUT_SCALE");
+	int v = s ? atoi(s) : 1;
+	return ms * (v > 0 ? v : 1);
 }
 
 /* ------------------------------------------------------------ processes */
@@ -100,7 +117,7 @@ const char *proc_line(struct proc *p, int timeout_ms)
 		struct pollfd pf = {.fd = p->out, .events = POLLIN};
 		if (p->got == sizeof(p->line) - 1)
 			p->got = 0;
-		if (poll(&pf, 1, timeout_ms) <= 0)
+		if (poll(&pf, 1, scaled_ms(timeout_ms)) <= 0)
 			return NULL;
 		ssize_t r = read(p->out, p->line + p->got, sizeof(p->line) - 1 - p->got);
 		if (r <= 0)
@@ -124,7 +141,7 @@ void proc_drain(struct proc *p)
  * -1 after timeout_ms (it is then killed). */
 int proc_wait(struct proc *p, int timeout_ms)
 {
-	int64_t end = now_ms() + timeout_ms;
+	int64_t end = now_ms() + scaled_ms(timeout_ms);
 	for (;;) {
 		proc_drain(p);
 		pid_t r = waitpid(p->pid, &p->status, WNOHANG);
@@ -170,8 +187,9 @@ int server_start_opts(struct proc *p, const char *d, int port, const char *const
 {
 	char portbuf[16];
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	char *argv[24] = {(char *)wimm_bin, "log",    "serve",	   "--dir",  (char *)d, "-f",
-			  (char *)fabric,   "--host", "127.0.0.1", "--port", portbuf};
+	char *argv[24] = {(char *)wimm_bin,    "log",	 "serve",	 "--dir",
+			  (char *)d,	       "-f",	 (char *)fabric, "--host",
+			  (char *)test_host(), "--port", portbuf};
 	for (int i = 0; extra[i] && i < 12; i++)
 		argv[11 + i] = (char *)extra[i];
 	if (spawn(p, argv))
@@ -193,7 +211,7 @@ int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const char *
 		 const char *extra)
 {
 	char addr[64], idb[32], nb[32];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
 	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
 	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
@@ -247,15 +265,15 @@ int verify_log(int port, struct verify *v)
 	struct wimm_log_reader *r;
 	struct wimm_log_stat st;
 	char addr[64];
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	test_addr(addr, sizeof(addr), port);
 	int rc = wimm_ctx_open(fabric, NULL, &ctx);
 	CHECK(rc == 0, "open %s: %s", fabric, wimm_strerror(rc));
-	rc = wimm_log_reader_open(ctx, addr, 0, 10000, &r);
+	rc = wimm_log_reader_open(ctx, addr, 0, scaled_ms(10000), &r);
 	CHECK(rc == 0, "reader: %s", wimm_strerror(rc));
-	rc = wimm_log_reader_stat(r, &st, 10000);
+	rc = wimm_log_reader_stat(r, &st, scaled_ms(10000));
 	CHECK(rc == 0, "stat: %s", wimm_strerror(rc));
 	while (v->next_pos < st.entries) {
-		int n = wimm_log_read(r, v->next_pos, 0, check_entry, v, 10000);
+		int n = wimm_log_read(r, v->next_pos, 0, check_entry, v, scaled_ms(10000));
 		if (n < 0 || v->bad)
 			break;
 		CHECK(n > 0, "no entry at %llu of %llu", (unsigned long long)v->next_pos,

@@ -5,6 +5,7 @@
 #define WIMM_LOG_TEST_UTIL_H
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -34,6 +35,14 @@ extern int failures;
 	} while (0)
 
 int64_t now_ms(void);
+/* Where the servers listen and are reached: loopback, or the RDMA device's
+ * address (WIMM_TEST_HOST, e.g. 192.0.2.1 in the Soft-RoCE guest). */
+const char *test_host(void);
+/* "host:port" of the server at port on test_host(), written to buf. */
+char *test_addr(char *buf, size_t len, int port);
+/* ms times WIMM_TEST_TIMEOUT_SCALE (default 1): slow fabrics such as
+ * Soft-RoCE in the TCG guest. proc_line and proc_wait scale their own. */
+int scaled_ms(int ms);
 
 struct proc {
 	pid_t pid;

@@ -36,7 +36,10 @@ static int pump(struct wimm_log_reader *r, int timeout_ms)
 		if (ev[i].conn != r->conn)
 			continue;
 		if (ev[i].type == WIMM_EV_DISCONNECT || ev[i].type == WIMM_EV_ERROR) {
-			r->broken = WIMM_E_DISCONNECTED;
+			/* The server's error doorbell, then its close: both may come
+			 * in one batch (verbs); the close must not hide the reason. */
+			if (!r->broken)
+				r->broken = WIMM_E_DISCONNECTED;
 		} else if (ev[i].type == WIMM_EV_WRITE_IMM) {
 			uint32_t f[2];
 			wimm_imm_unpack(log_layout_out(), ev[i].imm, f);

@@ -463,6 +463,16 @@ static void drop_marked(struct wimm_log_server *s)
 	}
 }
 
+/* The connection is up: answer a hello that came as private data. */
+static void conn_up(struct sconn *k)
+{
+	k->established = 1;
+	if (k->have_hello) {
+		k->have_hello = 0;
+		take_hello(k, &k->hello);
+	}
+}
+
 static int handle(struct wimm_log_server *s, const struct wimm_event *e)
 {
 	struct sconn *k = e->user;
@@ -471,18 +481,19 @@ static int handle(struct wimm_log_server *s, const struct wimm_event *e)
 		take_requests(s);
 		return 0;
 	case WIMM_EV_ESTABLISHED:
-		if (!k)
-			return 0;
-		k->established = 1;
-		if (k->have_hello) {
-			k->have_hello = 0;
-			take_hello(k, &k->hello);
-		}
+		if (k && !k->established)
+			conn_up(k);
 		return 0;
 	case WIMM_EV_WRITE_IMM:
 	case WIMM_EV_SEND_IMM:
 		if (!k || k->drop)
 			return 0;
+		/* A doorbell proves the connection up. On verbs the passive
+		 * side's ESTABLISHED (the RTU) may come long after the client's
+		 * first writes, or late under load: until then no ack, reply or
+		 * error would be sent and the client stalls. */
+		if (!k->established)
+			conn_up(k);
 		return take_doorbell(k, e->imm);
 	case WIMM_EV_DISCONNECT:
 		if (k) {

@@ -331,7 +331,10 @@ int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, uns
 				w->broken = rc;
 			return rc;
 		}
-		rc = pump(w, 0);
+		/* Every send in flight: wait for a completion rather than spin
+		 * (many writers spinning starve the server on a slow machine,
+		 * Soft-RoCE in the TCG guest). */
+		rc = pump(w, (flags & WIMM_LOG_WAIT) ? 1 : 0);
 		if (rc || w->broken)
 			return rc ? rc : w->broken;
 		if (!(flags & WIMM_LOG_WAIT))
