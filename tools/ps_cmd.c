@@ -7,7 +7,7 @@
  *   wimm ps stat [-f FABRIC] HOST[:PORT]
  *   wimm ps worker [-f FABRIC] [--rank R] [--world N] [--iterations I]
  *                  [--delay-ms MAX] [--seed S] [--check] [--timeout MS]
- *                  [--liveness-ms MS] [HOST[:PORT] ...]
+ *                  [--liveness-ms MS] [--inband-hello] [HOST[:PORT] ...]
  *
  * The worker pushes the deterministic gradients of ps_grad.c (for tests and
  * benchmarks); rank, world size and the server's address also come from
@@ -38,7 +38,7 @@ static void ps_usage(FILE *f)
 	      "       wimm ps stat [-f FABRIC] HOST[:PORT]\n"
 	      "       wimm ps worker [-f FABRIC] [--rank R] [--world N] [--iterations I]\n"
 	      "                      [--delay-ms MAX] [--seed S] [--check] [--timeout MS]\n"
-	      "                      [--liveness-ms MS] [HOST[:PORT] ...]\n"
+	      "                      [--liveness-ms MS] [--inband-hello] [HOST[:PORT] ...]\n"
 	      "\n"
 	      "  --shards N       shards this server holds (1..1024); --first-shard F: the\n"
 	      "                   global id of its first (several servers split a model)\n"
@@ -54,7 +54,8 @@ static void ps_usage(FILE *f)
 	      "          random pause of up to MAX ms; --check verifies that\n"
 	      "          every pull is exactly the sum of all workers' pushes (sync, sum, no\n"
 	      "          backups); rank / world / host default to RANK, WORLD_SIZE,\n"
-	      "          MASTER_ADDR:MASTER_PORT or OMPI_COMM_WORLD_RANK / _SIZE\n"
+	      "          MASTER_ADDR:MASTER_PORT or OMPI_COMM_WORLD_RANK / _SIZE;\n"
+	      "          --inband-hello says hello once connected, as on verbs\n"
 	      "exit status: 0 done, 1 failed, 2 bad usage, 3 (worker) a server died\n",
 	      f);
 }
@@ -297,6 +298,10 @@ static void worker_parse(int argc, char **argv, struct worker_opts *o)
 		const char *f = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(f, "--check")) {
 			o->check = 1;
+			continue;
+		}
+		if (!strcmp(f, "--inband-hello")) {
+			o->a.flags |= WIMM_PS_WORKER_INBAND_HELLO;
 			continue;
 		}
 		if (!strcmp(f, "-v")) {

@@ -36,6 +36,7 @@
 #include "ps_test.h"
 
 const char *wimm_bin, *fabric;
+int inband_hello;
 static char tmpdir[256];
 static int kill_sig = SIGKILL;
 extern char **environ;
@@ -325,8 +326,14 @@ void workers_from(struct proc *w, int first_rank, int n, int port, const char *i
 				"--liveness-ms",
 				"2000",
 				addr,
-				check ? "--check" : NULL,
+				NULL,
+				NULL,
 				NULL};
+		size_t at = sizeof(argv) / sizeof(argv[0]) - 3;
+		if (check)
+			argv[at++] = "--check";
+		if (inband_hello)
+			argv[at++] = "--inband-hello";
 		spawn(&w[k], name, argv);
 	}
 }
@@ -653,7 +660,14 @@ int main(int argc, char **argv)
 	}
 	wimm_bin = argv[1];
 	fabric = argv[2];
-	const char *t = argv[3];
+	char t[64];
+	/* SCENARIO_inband: every hello in-band, as on verbs. */
+	snprintf(t, sizeof(t), "%s", argv[3]);
+	char *suffix = strstr(t, "_inband");
+	if (suffix && !suffix[strlen("_inband")]) {
+		*suffix = '\0';
+		inband_hello = 1;
+	}
 	const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	snprintf(tmpdir, sizeof(tmpdir), "%s/ps_test.XXXXXX", base);
 	if (!mkdtemp(tmpdir))
