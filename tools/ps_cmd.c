@@ -467,10 +467,16 @@ static int ps_worker(int argc, char **argv)
 			break;
 		if (o.delay_ms)
 			sleep_ms((uint32_t)rand_r(&seed) % (o.delay_ms + 1));
-		/* Shards go in a random order: arrival order must not matter. */
+		/* Shards go in a random order: arrival order must not matter.
+		 * Only those short of I: with backups, shards that one pull
+		 * left at I and I - 1 are both possible, and a push at I would
+		 * wait for workers that, seeing I everywhere, have stopped (more
+		 * of them than there are backups). */
 		uint32_t first = (uint32_t)rand_r(&seed) % in.shards;
 		for (uint32_t k = 0; k < in.shards && status == 0; k++) {
 			uint32_t s = (first + k) % in.shards, it = (uint32_t)(iter[s] & PS_MASK);
+			if (iter[s] >= o.iterations)
+				continue;
 			crash_point();
 			for (size_t j = 0; j < per; j++)
 				in.grads[(size_t)s * per + j] = ps_test_grad(rank, s, j, it);
