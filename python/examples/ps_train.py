@@ -107,7 +107,13 @@ def worker(fabric, server, rank, world, steps, timeout):
         while min(w.iteration(s) for s in range(w.shards)) < steps:
             params = np.array(w.params[:NPARAMS])
             w.grads[:NPARAMS] = gradient(params, x, y) * scale
-            w.step(timeout=timeout)
+            # Only the shards short of the last step: a push past it would
+            # wait for workers that, seeing every shard there, have stopped
+            # (more of them than there are backups).
+            for s in range(w.shards):
+                if w.iteration(s) < steps:
+                    w.push(s)
+            w.pull(timeout=timeout)
             taken += 1
         acc = accuracy(np.array(w.params[:NPARAMS]), xs, ys)
         print(json.dumps({"rank": rank, "steps": taken, "iteration": w.iteration(0),
