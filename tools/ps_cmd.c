@@ -7,7 +7,7 @@
  *   wimm ps stat [-f FABRIC] HOST[:PORT]
  *   wimm ps worker [-f FABRIC] [--rank R] [--world N] [--iterations I]
  *                  [--delay-ms MAX] [--seed S] [--check] [--timeout MS]
- *                  [--liveness-ms MS] [HOST[:PORT] ...]
+ *                  [--liveness-ms MS] [--inband-hello] [HOST[:PORT] ...]
  *
  * The worker pushes the deterministic gradients of ps_grad.c (for tests and
  * benchmarks); rank, world size and the server's address also come from
@@ -38,7 +38,7 @@ static void ps_usage(FILE *f)
 	      "       wimm ps stat [-f FABRIC] HOST[:PORT]\n"
 	      "       wimm ps worker [-f FABRIC] [--rank R] [--world N] [--iterations I]\n"
 	      "                      [--delay-ms MAX] [--seed S] [--check] [--timeout MS]\n"
-	      "                      [--liveness-ms MS] [HOST[:PORT] ...]\n"
+	      "                      [--liveness-ms MS] [--inband-hello] [HOST[:PORT] ...]\n"
 	      "\n"
 	      "  --shards N       shards this server holds (1..1024); --first-shard F: the\n"
 	      "                   global id of its first (several servers split a model)\n"
@@ -54,7 +54,8 @@ static void ps_usage(FILE *f)
 	      "          random pause of up to MAX ms; --check verifies that\n"
 	      "          every pull is exactly the sum of all workers' pushes (sync, sum, no\n"
 	      "          backups); rank / world / host default to RANK, WORLD_SIZE,\n"
-	      "          MASTER_ADDR:MASTER_PORT or OMPI_COMM_WORLD_RANK / _SIZE\n"
+	      "          MASTER_ADDR:MASTER_PORT or OMPI_COMM_WORLD_RANK / _SIZE;\n"
+	      "          --inband-hello says hello once connected, as on verbs\n"
 	      "exit status: 0 done, 1 failed, 2 bad usage, 3 (worker) a server died\n",
 	      f);
 }
@@ -299,6 +300,10 @@ static void worker_parse(int argc, char **argv, struct worker_opts *o)
 			o->check = 1;
 			continue;
 		}
+		if (!strcmp(f, "--inband-hello")) {
+			o->a.flags |= WIMM_PS_WORKER_INBAND_HELLO;
+			continue;
+		}
 		if (!strcmp(f, "-v")) {
 			verbose = 1;
 			continue;
@@ -462,10 +467,16 @@ static int ps_worker(int argc, char **argv)
 			break;
 		if (o.delay_ms)
 			sleep_ms((uint32_t)rand_r(&seed) % (o.delay_ms + 1));
-		/* Shards go in a random order: arrival order must not matter. */
+		/* Shards go in a random order: arrival order must not matter.
+		 * Only those short of I: with backups, shards that one pull
+		 * left at I and I - 1 are both possible, and a push at I would
+		 * wait for workers that, seeing I everywhere, have stopped (more
+		 * of them than there are backups). */
 		uint32_t first = (uint32_t)rand_r(&seed) % in.shards;
 		for (uint32_t k = 0; k < in.shards && status == 0; k++) {
 			uint32_t s = (first + k) % in.shards, it = (uint32_t)(iter[s] & PS_MASK);
+			if (iter[s] >= o.iterations)
+				continue;
 			crash_point();
 			for (size_t j = 0; j < per; j++)
 				in.grads[(size_t)s * per + j] = ps_test_grad(rank, s, j, it);

@@ -198,6 +198,14 @@ struct wimm_ps_worker_attr {
 	uint32_t liveness_ms; /* the context's liveness bound; 0 = 5000 */
 	wimm_log_fn log;
 	void *log_arg;
+	unsigned flags; /* WIMM_PS_WORKER_* */
+};
+enum {
+	/* Say hello (rank, world; the statistics queries too) in-band, by a
+	 * send-with-imm once connected, instead of in the connect's private
+	 * data: what every fabric without private data (verbs) does anyway;
+	 * for tests of that path on the others. */
+	WIMM_PS_WORKER_INBAND_HELLO = 1u << 0,
 };
 
 struct wimm_ps_worker;

@@ -10,8 +10,10 @@ the new weights, which the server computes (SGD: w -= lr * average).
     ps_train.py serve   [-f FABRIC] [--port P] [--workers N] [--backups B] [--lr X]
     ps_train.py worker  [-f FABRIC] [--rank R] [--world N] [--steps S] SERVER
     ps_train.py single  [--steps S] [--lr X]            the same training, one process
-    ps_train.py run     [-f FABRIC] [--workers N] [--steps S] [--kill-one]
+    ps_train.py run     [-f FABRIC] [--workers N] [--steps S] [--kill-one] [--host H]
                         the server and N worker processes, then the comparison
+                        (H: the address they reach it at, default 127.0.0.1;
+                        on verbs the RDMA device's)
 
 A worker's rank, world size and server also come from the environment a
 launcher sets: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (torchrun),
@@ -107,17 +109,26 @@ def worker(fabric, server, rank, world, steps, timeout):
         while min(w.iteration(s) for s in range(w.shards)) < steps:
             params = np.array(w.params[:NPARAMS])
             w.grads[:NPARAMS] = gradient(params, x, y) * scale
-            w.step(timeout=timeout)
+            # Only the shards short of the last step: a push past it would
+            # wait for workers that, seeing every shard there, have stopped
+            # (more of them than there are backups).
+            for s in range(w.shards):
+                if w.iteration(s) < steps:
+                    w.push(s)
+            w.pull(timeout=timeout)
             taken += 1
         acc = accuracy(np.array(w.params[:NPARAMS]), xs, ys)
         print(json.dumps({"rank": rank, "steps": taken, "iteration": w.iteration(0),
                           "accuracy": acc}), flush=True)
 
 
-def serve(fabric, port, workers, backups, lr, ready=None):
+def serve(fabric, port, workers, backups, lr, timeout=30.0):
+    # The liveness bound follows the workers' timeout (a slow machine's
+    # loops are slow to answer): 3 s for the default 30.
+    liveness_ms = int(max(3.0, timeout / 10) * 1000)
     with ps.Server(fabric, f"0.0.0.0:{port}", shards=SHARDS, shard_size=SHARD_SIZE,
                    workers=workers, backups=backups, update="sgd", learning_rate=lr,
-                   stall_ms=1000, liveness_ms=3000) as s:
+                   stall_ms=1000, liveness_ms=liveness_ms) as s:
         print(json.dumps({"port": s.port}), flush=True)
         stop = []
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -126,26 +137,27 @@ def serve(fabric, port, workers, backups, lr, ready=None):
         print(json.dumps({"stats": s.stats()}), flush=True)
 
 
-def run(fabric, workers, steps, lr, kill_one, timeout):
+def run(fabric, workers, steps, lr, kill_one, timeout, host="127.0.0.1"):
     """The server and the workers as processes of their own."""
     me = os.path.abspath(__file__)
     backups = 1 if kill_one else 0
     srv = subprocess.Popen([sys.executable, me, "serve", "-f", fabric, "--port", "0",
                             "--workers", str(workers), "--backups", str(backups),
-                            "--lr", str(lr)], stdout=subprocess.PIPE, text=True)
+                            "--lr", str(lr), "--timeout", str(timeout)],
+                           stdout=subprocess.PIPE, text=True)
     try:
         port = json.loads(srv.stdout.readline())["port"]
         procs = []
         for r in range(workers):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(workers),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                       MASTER_ADDR=host, MASTER_PORT=str(port))
             procs.append(subprocess.Popen([sys.executable, me, "worker", "-f", fabric,
                                            "--steps", str(steps), "--timeout", str(timeout)],
                                           env=env, stdout=subprocess.PIPE, text=True))
         if kill_one:
             # Half-way: the server's statistics say where it stands.
             deadline = time.monotonic() + timeout * 4
-            while ps.stat(fabric, f"127.0.0.1:{port}")["iteration_min"] < steps // 2:
+            while ps.stat(fabric, f"{host}:{port}")["iteration_min"] < steps // 2:
                 if time.monotonic() > deadline:
                     raise SystemExit("no progress before the kill")
                 time.sleep(0.05)
@@ -159,7 +171,7 @@ def run(fabric, workers, steps, lr, kill_one, timeout):
                 failed.append((r, p.returncode))
                 continue
             results.append(json.loads(out.strip().splitlines()[-1]))
-        stats = ps.stat(fabric, f"127.0.0.1:{port}")
+        stats = ps.stat(fabric, f"{host}:{port}")
     finally:
         srv.send_signal(signal.SIGTERM)
         try:
@@ -183,9 +195,10 @@ def main():
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--kill-one", action="store_true")
+    ap.add_argument("--host", default="127.0.0.1", help="run: the server's address")
     a = ap.parse_args()
     if a.command == "serve":
-        serve(a.fabric, a.port, a.workers, a.backups, a.lr)
+        serve(a.fabric, a.port, a.workers, a.backups, a.lr, a.timeout)
     elif a.command == "worker":
         rank = a.rank if a.rank is not None else env_int("RANK", "OMPI_COMM_WORLD_RANK")
         world = a.world if a.world is not None else env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
@@ -197,7 +210,8 @@ def main():
     elif a.command == "single":
         print(json.dumps({"accuracy": single(a.steps, a.lr)}))
     else:
-        results, failed, stats = run(a.fabric, a.workers, a.steps, a.lr, a.kill_one, a.timeout)
+        results, failed, stats = run(a.fabric, a.workers, a.steps, a.lr, a.kill_one, a.timeout,
+                                     a.host)
         base = single(a.steps, a.lr)
         print(json.dumps({"single": base, "workers": results, "failed": failed,
                           "stale": stats["stale"], "workers_lost": stats["workers_lost"]}))

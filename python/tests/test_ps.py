@@ -71,16 +71,16 @@ def test_errors(fabric, host):
         assert e.value.name == "WIMM_E_RANGE"
 
 
-def train(fabric, *args):
+def train(fabric, host, *args):
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "ps_train.py"), "run", "-f",
-                          fabric, "--timeout", str(timeout(30)), *args],
+                          fabric, "--host", host, "--timeout", str(timeout(30)), *args],
                          capture_output=True, text=True, timeout=timeout(240))
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_training_matches_one_process(fabric):
-    r = train(fabric, "--workers", "3", "--steps", "150")
+def test_training_matches_one_process(fabric, host):
+    r = train(fabric, host, "--workers", "3", "--steps", "150")
     assert len(r["workers"]) == 3 and r["stale"] == 0
     for w in r["workers"]:
         assert w["iteration"] >= 150
@@ -88,8 +88,8 @@ def test_training_matches_one_process(fabric):
     assert r["single"] > 0.85
 
 
-def test_training_survives_a_killed_worker_with_a_backup(fabric):
-    r = train(fabric, "--workers", "3", "--steps", "150", "--kill-one")
+def test_training_survives_a_killed_worker_with_a_backup(fabric, host):
+    r = train(fabric, host, "--workers", "3", "--steps", "150", "--kill-one")
     assert len(r["workers"]) == 2 and not r["failed"], r
     for w in r["workers"]:
         assert w["iteration"] >= 150 and w["accuracy"] > 0.8, r

@@ -30,6 +30,7 @@ from ctypes import (
     c_int,
     c_int64,
     c_size_t,
+    c_uint,
     c_uint32,
     c_uint64,
     c_void_p,
@@ -94,6 +95,7 @@ class _WorkerAttr(Structure):
         ("liveness_ms", c_uint32),
         ("log", c_void_p),
         ("log_arg", c_void_p),
+        ("flags", c_uint),
     ]
 
 

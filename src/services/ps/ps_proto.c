@@ -131,19 +131,63 @@ void ps_say(wimm_log_fn fn, void *arg, enum wimm_log_level lvl, const char *fmt,
 	fn(arg, lvl, msg);
 }
 
-int ps_query(struct wimm_ctx *ctx, const char *addr, int timeout_ms, struct wimm_ps_stats *out)
+int ps_hello_inband(struct wimm_ctx *ctx, int inband)
+{
+	struct wimm_fabric_limits lim;
+	return inband || wimm_ctx_limits(ctx, &lim) < 0 || lim.private_max < PS_HELLO_LEN;
+}
+
+int ps_connect(struct wimm_ctx *ctx, const char *addr, struct wimm_conn_attr *ca,
+	       const struct ps_hello *h, struct wimm_mr *hello_mr, int timeout_ms,
+	       struct wimm_conn **out)
+{
+	unsigned char pd[PS_HELLO_LEN];
+	if (!hello_mr) {
+		ps_hello_encode(pd, h);
+		ca->private_data = pd;
+		ca->private_len = PS_HELLO_LEN;
+	}
+	int rc = wimm_connect(ctx, addr, ca, timeout_ms, out);
+	ca->private_data = NULL;
+	ca->private_len = 0;
+	if (rc < 0 || !hello_mr)
+		return rc;
+	/* Unsignaled: the server's answer (parameters, statistics) comes
+	 * after it has read the hello, and the caller keeps hello_mr till then. */
+	ps_hello_encode(wimm_mr_addr(hello_mr), h);
+	rc = wimm_send_imm(*out, hello_mr, 0, PS_HELLO_LEN, PS_HELLO_IMM, WIMM_F_WAIT);
+	if (rc < 0)
+		wimm_conn_delete(out);
+	return rc;
+}
+
+int ps_refusal(const struct wimm_event *ev)
+{
+	uint32_t v[3];
+	if (ev->type != WIMM_EV_WRITE_IMM)
+		return 0;
+	wimm_imm_unpack(ps_layout_out(), ev->imm, v);
+	if (v[PS_OUT_KIND] != PS_K_REFUSED)
+		return 0;
+	return v[PS_OUT_SHARD] ? -(int)v[PS_OUT_SHARD] : WIMM_E_REFUSED;
+}
+
+int ps_query(struct wimm_ctx *ctx, const char *addr, int inband, int timeout_ms,
+	     struct wimm_ps_stats *out)
 {
 	unsigned char hello[PS_HELLO_LEN];
+	struct wimm_mr *hello_mr = NULL;
 	struct wimm_conn *c = NULL;
 	struct wimm_event ev[8];
-	ps_hello_encode(hello, &(struct ps_hello){.role = PS_ROLE_STAT});
-	struct wimm_conn_attr ca = {.rx_depth = 4,
-				    .recv_size = PS_STAT_RECV,
-				    .private_data = hello,
-				    .private_len = PS_HELLO_LEN};
-	int rc = wimm_connect(ctx, addr, &ca, timeout_ms, &c);
+	struct wimm_conn_attr ca = {.rx_depth = 4, .recv_size = PS_STAT_RECV};
+	int rc = 0;
+	if (ps_hello_inband(ctx, inband))
+		rc = wimm_mr_reg(ctx, hello, sizeof(hello), WIMM_LOCAL, &hello_mr);
+	if (rc == 0)
+		rc = ps_connect(ctx, addr, &ca, &(struct ps_hello){.role = PS_ROLE_STAT}, hello_mr,
+				timeout_ms, &c);
 	if (rc < 0)
-		return rc;
+		goto dereg;
 	int64_t until = ps_now_ms() + timeout_ms;
 	rc = WIMM_E_TIMEDOUT;
 	while (rc == WIMM_E_TIMEDOUT && ps_now_ms() < until) {
@@ -155,11 +199,15 @@ int ps_query(struct wimm_ctx *ctx, const char *addr, int timeout_ms, struct wimm
 				rc = WIMM_E_DISCONNECTED;
 			else if (ev[i].type == WIMM_EV_SEND_IMM)
 				rc = ps_stats_decode(ev[i].data, ev[i].len, out);
+			else if (ps_refusal(&ev[i]))
+				rc = ps_refusal(&ev[i]);
 			if (rc != WIMM_E_TIMEDOUT)
 				break;
 		}
 	}
 	wimm_conn_delete(&c);
+dereg:
+	wimm_mr_dereg(&hello_mr);
 	return rc;
 }
 
@@ -173,7 +221,7 @@ int wimm_ps_stat(const char *fabric, const char *addr, int timeout_ms, struct wi
 	int rc = wimm_ctx_open(fabric ? fabric : "auto", NULL, &ctx);
 	if (rc < 0)
 		return rc;
-	rc = ps_query(ctx, addr, timeout_ms, out);
+	rc = ps_query(ctx, addr, 0, timeout_ms, out);
 	wimm_ctx_close(&ctx);
 	return rc;
 }

@@ -58,6 +58,8 @@ int wimm_ps_server_stats(const struct wimm_ps_server *s, struct wimm_ps_stats *o
 
 /* ----------------------------------------------------------- connections */
 
+static void send_stats(struct wimm_ps_server *s, struct ps_peer *p);
+
 static void drop_peer(struct wimm_ps_server *s, struct ps_peer *p)
 {
 	struct ps_peer **pp = &s->peers;
@@ -65,7 +67,12 @@ static void drop_peer(struct wimm_ps_server *s, struct ps_peer *p)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = p->next;
-	wimm_conn_delete(&p->conn);
+	if (p->refused)
+		wimm_conn_close(&p->conn, 200); /* the refusal doorbell first */
+	else
+		wimm_conn_delete(&p->conn);
+	if (p->has_window)
+		s->slot_used[p->slot] = 0;
 	/* Its writes in flight are abandoned with the connection. */
 	ps_sends_done(s, p, 0, 1);
 	if (p->role == PS_ROLE_WORKER) {
@@ -89,9 +96,8 @@ static void drop_peer(struct wimm_ps_server *s, struct ps_peer *p)
 	free(p);
 }
 
-/* Why a worker's request is refused (0: it is not). */
-static int check_worker(struct wimm_ps_server *s, const struct ps_hello *h,
-			const struct wimm_request_info *ri)
+/* Why a worker's hello is refused (0: it is not). */
+static int check_worker(struct wimm_ps_server *s, const struct ps_hello *h)
 {
 	if (h->rank >= s->a.workers)
 		return WIMM_E_RANGE;
@@ -99,8 +105,6 @@ static int check_worker(struct wimm_ps_server *s, const struct ps_hello *h,
 		return WIMM_E_INVAL;
 	if (s->worker[h->rank])
 		return WIMM_E_BUSY;
-	if (ri->peer_window_len != s->region)
-		return WIMM_E_NOWINDOW;
 	return 0;
 }
 
@@ -113,33 +117,143 @@ static void refuse(struct wimm_ps_server *s, struct wimm_request **r, int why, c
 	wimm_request_reject(r, why);
 }
 
+/* A connected peer's hello refused: the reason in a doorbell once the
+ * connection is up, then the close (gentle, so that the doorbell arrives
+ * first). */
+static void refuse_inband(struct wimm_ps_server *s, struct ps_peer *p, int why)
+{
+	if (!p->refuse_why) {
+		s->st.refused++;
+		ps_say(s->a.log, s->a.log_arg, WIMM_LOG_WARN,
+		       "ps: refused a peer's in-band hello: %s", wimm_strerror(why));
+		p->refuse_why = why;
+	}
+	if (!p->up)
+		return;
+	/* Signaled: the peer is dropped once it has the reason (SEND_DONE),
+	 * or when hello_by_ms passes. */
+	p->hello_by_ms = ps_now_ms() + PS_REFUSAL_WAIT_MS;
+	p->refused =
+	    wimm_write_imm(p->conn, NULL, 0, 0, 0, ps_imm_out(PS_K_REFUSED, (uint32_t)-why, 0),
+			   WIMM_F_SIGNAL) == 0;
+	if (p->refused)
+		p->ops++;
+	else
+		p->dead = 1;
+}
+
+/* A free receive region for a worker's window, its rank's when known and
+ * free (the layout a reader of the memory expects); -1: none. */
+static int take_slot(struct wimm_ps_server *s, const struct ps_hello *h)
+{
+	if (h && h->rank < s->a.workers && !s->slot_used[h->rank]) {
+		s->slot_used[h->rank] = 1;
+		return (int)h->rank;
+	}
+	for (uint32_t i = 0; i < s->a.workers; i++)
+		if (!s->slot_used[i]) {
+			s->slot_used[i] = 1;
+			return (int)i;
+		}
+	return -1;
+}
+
+/* The peer is a worker of rank h->rank from now on. */
+static void become_worker(struct wimm_ps_server *s, struct ps_peer *p, const struct ps_hello *h,
+			  const char *from)
+{
+	p->role = PS_ROLE_WORKER;
+	p->rank = h->rank;
+	s->worker[h->rank] = p;
+	ps_say(s->a.log, s->a.log_arg, WIMM_LOG_INFO, "ps: worker %u connected%s%s", h->rank,
+	       from ? " from " : "", from ? from : "");
+}
+
+/* What an established peer that has said hello is owed: a worker its
+ * parameters, a query its answer. */
+static void peer_ready(struct wimm_ps_server *s, struct ps_peer *p)
+{
+	if (p->refuse_why)
+		refuse_inband(s, p, p->refuse_why);
+	else if (p->role == PS_ROLE_STAT)
+		send_stats(s, p);
+	else if (p->role == PS_ROLE_WORKER)
+		ps_worker_joined(s, p);
+}
+
+/* The first send-with-imm of a peer without private data: its hello. */
+static void take_inband_hello(struct wimm_ps_server *s, struct ps_peer *p,
+			      const struct wimm_event *ev)
+{
+	struct ps_hello h;
+	int rc = ev->imm == PS_HELLO_IMM ? ps_hello_decode(ev->data, ev->len, &h) : WIMM_E_PROTO;
+	if (rc == 0 && h.role == PS_ROLE_WORKER)
+		rc = p->has_window ? check_worker(s, &h) : WIMM_E_NOWINDOW;
+	else if (rc == 0 && (h.role != PS_ROLE_STAT || p->has_window))
+		rc = WIMM_E_PROTO;
+	if (rc < 0)
+		return refuse_inband(s, p, rc);
+	if (p->refuse_why)
+		return;
+	if (h.role == PS_ROLE_WORKER)
+		become_worker(s, p, &h, NULL);
+	else
+		p->role = PS_ROLE_STAT;
+	if (p->up)
+		peer_ready(s, p);
+}
+
+/* A peer as its request says, before any hello if the request has none:
+ * a worker's window is known from the request alone. */
 static void take_request(struct wimm_ps_server *s, struct wimm_request *r)
 {
 	struct wimm_request_info ri;
-	struct ps_hello h;
+	struct ps_hello h = {0};
 	wimm_request_info(r, &ri);
-	int rc = ps_hello_decode(ri.private_data, ri.private_len, &h);
-	if (rc < 0 || (h.role != PS_ROLE_WORKER && h.role != PS_ROLE_STAT))
-		return refuse(s, &r, rc < 0 ? rc : WIMM_E_PROTO, "a peer", ri.peer_addr);
-	if (h.role == PS_ROLE_WORKER && (rc = check_worker(s, &h, &ri)) < 0)
-		return refuse(s, &r, rc, "a worker", ri.peer_addr);
+	int inband = ri.private_len == 0, rc = 0;
+	if (!inband) {
+		rc = ps_hello_decode(ri.private_data, ri.private_len, &h);
+		if (rc < 0 || (h.role != PS_ROLE_WORKER && h.role != PS_ROLE_STAT))
+			return refuse(s, &r, rc < 0 ? rc : WIMM_E_PROTO, "a peer", ri.peer_addr);
+		if (h.role == PS_ROLE_WORKER && (rc = check_worker(s, &h)) == 0 &&
+		    ri.peer_window_len != s->region)
+			rc = WIMM_E_NOWINDOW;
+		if (rc < 0)
+			return refuse(s, &r, rc, "a worker", ri.peer_addr);
+	} else if (ri.peer_window_len && ri.peer_window_len != s->region) {
+		return refuse(s, &r, WIMM_E_NOWINDOW, "a peer", ri.peer_addr);
+	}
+	int has_window = inband ? ri.peer_window_len != 0 : h.role == PS_ROLE_WORKER;
+	int slot = has_window ? take_slot(s, inband ? NULL : &h) : 0;
+	if (slot < 0)
+		return refuse(s, &r, WIMM_E_BUSY, "a worker", ri.peer_addr);
 	struct ps_peer *p = calloc(1, sizeof(*p));
-	if (!p)
+	if (!p) {
+		if (has_window)
+			s->slot_used[slot] = 0;
 		return refuse(s, &r, WIMM_E_NOMEM, "a peer", ri.peer_addr);
-	p->role = (int)h.role;
-	p->rank = h.rank;
-	struct wimm_conn_attr ca = {.user = p, .rx_depth = 4, .sq_depth = 8};
-	if (h.role == PS_ROLE_WORKER) {
+	}
+	p->has_window = has_window;
+	p->slot = (uint32_t)slot;
+	p->hello_by_ms = ps_now_ms() + PS_HELLO_WAIT_MS;
+	/* In-band, the hello comes by send-with-imm: one buffer for it. */
+	struct wimm_conn_attr ca = {
+	    .user = p, .rx_depth = 4, .sq_depth = 8, .recv_size = inband ? PS_HELLO_LEN : 0};
+	if (has_window) {
+		/* Without a hello, no counter: its expectations start from
+		 * the first doorbell, which would be the hello's; ps_push
+		 * drops the stale and duplicate pushes itself. */
 		struct wimm_counter_attr ka = {
 		    .layout = ps_layout_in(), .key_field = "shard", .epoch_field = "iter"};
-		rc = wimm_counter_new(s->ctx, &ka, &p->counter);
+		rc = inband ? 0 : wimm_counter_new(s->ctx, &ka, &p->counter);
 		if (rc < 0) {
+			s->slot_used[slot] = 0;
 			free(p);
 			return refuse(s, &r, rc, "a worker", ri.peer_addr);
 		}
 		/* Its own receive regions and nothing else. */
 		ca.window = s->recv_mr;
-		ca.window_off = (size_t)h.rank * s->region;
+		ca.window_off = (size_t)slot * s->region;
 		ca.window_len = s->region;
 		ca.counter = p->counter;
 		ca.rx_depth = 2 * s->a.shards + 8;
@@ -151,16 +265,17 @@ static void take_request(struct wimm_ps_server *s, struct wimm_request *r)
 		ps_say(s->a.log, s->a.log_arg, WIMM_LOG_WARN, "ps: accept of %s failed: %s",
 		       ri.peer_addr, wimm_strerror(rc));
 		wimm_counter_delete(&p->counter);
+		if (has_window)
+			s->slot_used[slot] = 0;
 		free(p);
 		return;
 	}
 	p->next = s->peers;
 	s->peers = p;
-	if (h.role == PS_ROLE_WORKER) {
-		s->worker[h.rank] = p;
-		ps_say(s->a.log, s->a.log_arg, WIMM_LOG_INFO, "ps: worker %u connected from %s",
-		       h.rank, ri.peer_addr);
-	}
+	if (!inband && h.role == PS_ROLE_WORKER)
+		become_worker(s, p, &h, ri.peer_addr);
+	else if (!inband)
+		p->role = PS_ROLE_STAT;
 }
 
 static void take_requests(struct wimm_ps_server *s)
@@ -180,6 +295,9 @@ static void take_requests(struct wimm_ps_server *s)
 
 static void send_stats(struct wimm_ps_server *s, struct ps_peer *p)
 {
+	/* Answered once. */
+	if (p->answered++)
+		return;
 	struct wimm_ps_stats st;
 	fill_stats(s, &st);
 	uint32_t slot = s->stat_next++ % PS_STAT_RING;
@@ -201,17 +319,21 @@ static void handle(struct wimm_ps_server *s, const struct wimm_event *ev)
 	switch (ev->type) {
 	case WIMM_EV_ESTABLISHED:
 		p->up = 1;
-		if (p->role == PS_ROLE_STAT)
-			send_stats(s, p);
-		else
-			ps_worker_joined(s, p);
+		peer_ready(s, p);
+		break;
+	case WIMM_EV_SEND_IMM:
+		if (!p->role && !p->refuse_why)
+			take_inband_hello(s, p, ev);
 		break;
 	case WIMM_EV_WRITE_IMM:
 		if (p->role == PS_ROLE_WORKER)
 			ps_push(s, p, ev);
+		else if (!p->role && !p->refuse_why)
+			refuse_inband(s, p, WIMM_E_PROTO);
 		break;
 	case WIMM_EV_SEND_DONE:
 		ps_sends_done(s, p, ev->op_seq, 0);
+		p->dead |= p->refused;
 		break;
 	case WIMM_EV_DISCONNECT:
 	case WIMM_EV_ERROR:
@@ -243,8 +365,15 @@ int wimm_ps_server_run(struct wimm_ps_server *s, int timeout_ms)
 		return n;
 	for (int i = 0; i < n; i++)
 		handle(s, &ev[i]);
+	int64_t now = ps_now_ms();
 	for (struct ps_peer *p = s->peers, *next; p; p = next) {
 		next = p->next;
+		if (!p->role && !p->dead && now > p->hello_by_ms) {
+			if (!p->refuse_why)
+				refuse_inband(s, p, WIMM_E_TIMEDOUT);
+			else
+				p->dead = 1;
+		}
 		if (p->dead)
 			drop_peer(s, p);
 	}

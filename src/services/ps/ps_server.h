@@ -16,8 +16,14 @@ struct ps_send {
 
 struct ps_peer {
 	struct ps_peer *next;
-	int role; /* PS_ROLE_* */
+	int role;	/* PS_ROLE_*; 0: its in-band hello is still due */
+	int has_window; /* it exposes a worker's window (and holds a slot) */
 	uint32_t rank;
+	uint32_t slot;	     /* workers: which receive region is its window */
+	int64_t hello_by_ms; /* in-band hello due by then */
+	int refuse_why;	     /* its in-band hello refused for this reason */
+	int refused;	     /* its refusal doorbell is out: close gently */
+	int answered;	     /* queries: the statistics are sent */
 	struct wimm_conn *conn;
 	struct wimm_counter *counter; /* workers: the stale / duplicate filter */
 	int up, dead;
@@ -58,6 +64,7 @@ struct wimm_ps_server {
 	uint32_t stat_next;
 	struct ps_shard *shard;
 	struct ps_peer *worker[WIMM_PS_MAX_WORKERS]; /* live worker peers by rank */
+	uint8_t slot_used[WIMM_PS_MAX_WORKERS];	     /* receive regions in use */
 	uint8_t *owed;				     /* workers x shards */
 	struct ps_peer *peers;
 	struct wimm_ps_stats st;

@@ -23,7 +23,8 @@ static void owe(struct wimm_ps_server *s, uint32_t rank, uint32_t i)
 void ps_worker_joined(struct wimm_ps_server *s, struct ps_peer *p)
 {
 	for (uint32_t i = 0; i < s->a.shards; i++) {
-		wimm_counter_expect(p->counter, s->a.first_shard + i, s->shard[i].iter, 1);
+		if (p->counter)
+			wimm_counter_expect(p->counter, s->a.first_shard + i, s->shard[i].iter, 1);
 		owe(s, p->rank, i);
 	}
 }
@@ -63,7 +64,9 @@ static void apply_sync(struct wimm_ps_server *s, uint32_t i)
 	for (uint32_t w = 0; w < s->a.workers; w++) {
 		if (!s->worker[w])
 			continue;
-		wimm_counter_expect(s->worker[w]->counter, s->a.first_shard + i, sh->iter, 1);
+		if (s->worker[w]->counter)
+			wimm_counter_expect(s->worker[w]->counter, s->a.first_shard + i, sh->iter,
+					    1);
 		owe(s, w, i);
 	}
 }
@@ -115,7 +118,7 @@ void ps_push(struct wimm_ps_server *s, struct ps_peer *p, const struct wimm_even
 		       ev->len, gshard, s->a.shard_size);
 		return;
 	}
-	const float *g = s->recv + (p->rank * s->region) / sizeof(float) + (size_t)i * s->nfloats;
+	const float *g = s->recv + (p->slot * s->region) / sizeof(float) + (size_t)i * s->nfloats;
 	if (s->a.mode == WIMM_PS_ASYNC) {
 		uint32_t age = (sh->iter - iter) & PS_ITER_MASK;
 		if (ps_iter_newer(iter, sh->iter)) {

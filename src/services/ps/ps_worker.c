@@ -13,10 +13,12 @@ struct ps_link {
 	uint64_t iteration_min; /* the server's, when asked: places iterations */
 	struct wimm_conn *conn;
 	int dead;
+	int refused; /* the server's reason for refusing our in-band hello */
 };
 
 struct wimm_ps_worker {
 	uint32_t rank;
+	int inband; /* hellos in-band (WIMM_PS_WORKER_INBAND_HELLO, or the fabric) */
 	struct wimm_ctx *ctx;
 	uint32_t nlinks;
 	struct ps_link *link;	       /* sorted by first shard */
@@ -25,6 +27,8 @@ struct wimm_ps_worker {
 	size_t bytes;
 	float *params, *grads;
 	struct wimm_mr *params_mr, *grads_mr;
+	unsigned char hello[PS_HELLO_LEN]; /* sent in-band: kept till answered */
+	struct wimm_mr *hello_mr;
 	uint32_t *owner;		 /* shard -> link */
 	uint32_t *base;			 /* the iteration the caller computes on (modulo 2^14) */
 	uint32_t *latest;		 /* the newest iteration received (modulo 2^14) */
@@ -47,7 +51,7 @@ static int learn_servers(struct wimm_ps_worker *w, const struct wimm_ps_worker_a
 		struct wimm_ps_stats st;
 		if (!a->servers[k])
 			return WIMM_E_INVAL;
-		int rc = ps_query(w->ctx, a->servers[k], timeout_ms, &st);
+		int rc = ps_query(w->ctx, a->servers[k], w->inband, timeout_ms, &st);
 		if (rc < 0)
 			return rc;
 		if (k == 0)
@@ -105,10 +109,13 @@ static int alloc_state(struct wimm_ps_worker *w)
 static int connect_links(struct wimm_ps_worker *w, const struct wimm_ps_worker_attr *a,
 			 int timeout_ms)
 {
-	unsigned char hello[PS_HELLO_LEN];
-	ps_hello_encode(hello, &(struct ps_hello){.role = PS_ROLE_WORKER,
-						  .rank = w->rank,
-						  .world = (uint32_t)w->geometry.workers});
+	struct ps_hello h = {
+	    .role = PS_ROLE_WORKER, .rank = w->rank, .world = (uint32_t)w->geometry.workers};
+	if (w->inband) {
+		int rc = wimm_mr_reg(w->ctx, w->hello, sizeof(w->hello), WIMM_LOCAL, &w->hello_mr);
+		if (rc < 0)
+			return rc;
+	}
 	for (uint32_t k = 0; k < w->nlinks; k++) {
 		struct ps_link *l = &w->link[k];
 		struct wimm_conn_attr ca = {.window = w->params_mr,
@@ -116,10 +123,9 @@ static int connect_links(struct wimm_ps_worker *w, const struct wimm_ps_worker_a
 					    .window_len = (size_t)l->shards * w->shard_size,
 					    .rx_depth = 2 * l->shards + 8,
 					    .sq_depth = 2 * l->shards + 8,
-					    .user = l,
-					    .private_data = hello,
-					    .private_len = PS_HELLO_LEN};
-		int rc = wimm_connect(w->ctx, a->servers[l->index], &ca, timeout_ms, &l->conn);
+					    .user = l};
+		int rc = ps_connect(w->ctx, a->servers[l->index], &ca, &h, w->hello_mr, timeout_ms,
+				    &l->conn);
 		if (rc < 0)
 			return rc;
 	}
@@ -139,6 +145,10 @@ static void on_event(struct wimm_ps_worker *w, const struct wimm_event *ev)
 	}
 	if (ev->type != WIMM_EV_WRITE_IMM)
 		return;
+	if (ps_refusal(ev)) {
+		l->refused = ps_refusal(ev);
+		return;
+	}
 	wimm_imm_unpack(ps_layout_out(), ev->imm, v);
 	uint32_t s = v[PS_OUT_SHARD];
 	if (v[PS_OUT_KIND] == PS_K_STALL) {
@@ -171,6 +181,9 @@ static int wait_until(struct wimm_ps_worker *w, int (*done)(const struct wimm_ps
 	struct wimm_event ev[32];
 	int64_t until = timeout_ms < 0 ? INT64_MAX : ps_now_ms() + timeout_ms;
 	for (;;) {
+		for (uint32_t k = 0; k < w->nlinks; k++)
+			if (w->link[k].refused)
+				return w->link[k].refused;
 		for (uint32_t k = 0; k < w->nlinks; k++)
 			if (w->link[k].dead)
 				return WIMM_E_DISCONNECTED;
@@ -220,7 +233,7 @@ int wimm_ps_worker_new(const struct wimm_ps_worker_attr *attr, struct wimm_ps_wo
 		return WIMM_E_INVAL;
 	*out = NULL;
 	if (!attr || !attr->servers || !attr->nservers || attr->nservers > WIMM_PS_MAX_SHARDS ||
-	    attr->rank >= WIMM_PS_MAX_WORKERS)
+	    attr->rank >= WIMM_PS_MAX_WORKERS || (attr->flags & ~WIMM_PS_WORKER_INBAND_HELLO))
 		return WIMM_E_INVAL;
 	int timeout_ms = attr->timeout_ms > 0 ? attr->timeout_ms : 10000;
 	w = calloc(1, sizeof(*w));
@@ -237,6 +250,8 @@ int wimm_ps_worker_new(const struct wimm_ps_worker_attr *attr, struct wimm_ps_wo
 	rc = w->link ? wimm_ctx_open(attr->fabric ? attr->fabric : "auto", &cattr, &w->ctx)
 		     : WIMM_E_NOMEM;
 	if (rc == 0)
+		w->inband = ps_hello_inband(w->ctx, attr->flags & WIMM_PS_WORKER_INBAND_HELLO);
+	if (rc == 0)
 		rc = learn_servers(w, attr, timeout_ms);
 	if (rc == 0)
 		rc = alloc_state(w);
@@ -244,6 +259,9 @@ int wimm_ps_worker_new(const struct wimm_ps_worker_attr *attr, struct wimm_ps_wo
 		rc = connect_links(w, attr, timeout_ms);
 	if (rc == 0)
 		rc = wait_until(w, have_all, timeout_ms);
+	/* Every server has read our hello: it answered. */
+	if (rc == 0)
+		wimm_mr_dereg(&w->hello_mr);
 	if (rc < 0) {
 		ps_say(attr->log, attr->log_arg, WIMM_LOG_ERROR, "ps worker %u: %s", attr->rank,
 		       wimm_strerror(rc));
@@ -263,6 +281,7 @@ int wimm_ps_worker_delete(struct wimm_ps_worker **wp)
 	for (uint32_t k = 0; w->link && k < w->nlinks; k++)
 		if (w->link[k].conn)
 			wimm_conn_close(&w->link[k].conn, w->link[k].dead ? 0 : 1000);
+	wimm_mr_dereg(&w->hello_mr);
 	wimm_mr_dereg(&w->grads_mr);
 	wimm_mr_dereg(&w->params_mr);
 	wimm_ctx_close(&w->ctx);

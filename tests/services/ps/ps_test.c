@@ -36,6 +36,10 @@
 #include "ps_test.h"
 
 const char *wimm_bin, *fabric;
+int inband_hello;
+/* The workers' liveness bound, times the scale: a slow machine's loops are
+ * slow to answer. */
+#define WORKER_LIVENESS_MS 2000
 static char tmpdir[256];
 static int kill_sig = SIGKILL;
 extern char **environ;
@@ -259,6 +263,8 @@ int serve_cmd(struct proc *p, const char *shards, const char *size, const char *
 	      const char *backups, const char *liveness)
 {
 	char port[] = "0"; /* any free port: the command prints it */
+	char live[16];
+	snprintf(live, sizeof(live), "%d", atoi(liveness) * scale());
 	char *argv[] = {(char *)wimm_bin,
 			"ps",
 			"serve",
@@ -277,7 +283,7 @@ int serve_cmd(struct proc *p, const char *shards, const char *size, const char *
 			"--stall-ms",
 			"300",
 			"--liveness-ms",
-			(char *)liveness,
+			live,
 			"--first-shard",
 			(char *)serve_first,
 			NULL};
@@ -301,8 +307,11 @@ int serve_cmd(struct proc *p, const char *shards, const char *size, const char *
 void workers_from(struct proc *w, int first_rank, int n, int port, const char *iters,
 		  const char *delay, int check, const char *timeout)
 {
-	char addr[64], rank[16], name[32];
+	char addr[64], rank[16], name[32], live[16];
 	snprintf(addr, sizeof(addr), "%s:%d", test_host(), port);
+	snprintf(live, sizeof(live), "%d", WORKER_LIVENESS_MS * scale());
+	char wait[16]; /* the pull's timeout, scaled likewise */
+	snprintf(wait, sizeof(wait), "%d", atoi(timeout) * scale());
 	for (int k = 0; k < n; k++) {
 		int r = first_rank + k;
 		snprintf(rank, sizeof(rank), "%d", r);
@@ -321,12 +330,18 @@ void workers_from(struct proc *w, int first_rank, int n, int port, const char *i
 				"--seed",
 				"11",
 				"--timeout",
-				(char *)timeout,
+				wait,
 				"--liveness-ms",
-				"2000",
+				live,
 				addr,
-				check ? "--check" : NULL,
+				NULL,
+				NULL,
 				NULL};
+		size_t at = sizeof(argv) / sizeof(argv[0]) - 3;
+		if (check)
+			argv[at++] = "--check";
+		if (inband_hello)
+			argv[at++] = "--inband-hello";
 		spawn(&w[k], name, argv);
 	}
 }
@@ -374,7 +389,7 @@ static int t_sums(int backups)
 					.shard_size = 1024,
 					.workers = (uint32_t)nw,
 					.backups = (uint32_t)backups,
-					.liveness_ms = 4000};
+					.liveness_ms = 4000 * (uint32_t)scale()};
 	struct proc srv, w[WIMM_PS_MAX_WORKERS];
 	struct wimm_ps_stats st;
 	char it[16];
@@ -436,7 +451,7 @@ static int t_async(void)
 					.workers = 4,
 					.mode = WIMM_PS_ASYNC,
 					.staleness = 2,
-					.liveness_ms = 4000};
+					.liveness_ms = 4000 * (uint32_t)scale()};
 	struct proc srv, w[4];
 	struct wimm_ps_stats st;
 	int port = checking_server(&srv, &a);
@@ -638,8 +653,8 @@ static int t_server_kill(void)
 		if (w[r].status != 3)
 			show(&w[r], "worker");
 		CHECK(w[r].status == 3, "worker %d: status %d, not 'server lost'", r, w[r].status);
-		CHECK(after <= 2000 + 1500 * scale(), "worker %d took %lld ms (liveness 2000)", r,
-		      (long long)after);
+		CHECK(after <= (2000 + 1500) * scale(), "worker %d took %lld ms (liveness %d)", r,
+		      (long long)after, WORKER_LIVENESS_MS * scale());
 	}
 	remove_stale_shm();
 	return 0;
@@ -653,7 +668,14 @@ int main(int argc, char **argv)
 	}
 	wimm_bin = argv[1];
 	fabric = argv[2];
-	const char *t = argv[3];
+	char t[64];
+	/* SCENARIO_inband: every hello in-band, as on verbs. */
+	snprintf(t, sizeof(t), "%s", argv[3]);
+	char *suffix = strstr(t, "_inband");
+	if (suffix && !suffix[strlen("_inband")]) {
+		*suffix = '\0';
+		inband_hello = 1;
+	}
 	const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	snprintf(tmpdir, sizeof(tmpdir), "%s/ps_test.XXXXXX", base);
 	if (!mkdtemp(tmpdir))

@@ -12,6 +12,8 @@
 #include "ps_internal.h"
 
 extern const char *wimm_bin, *fabric;
+/* Hellos in-band (a scenario named SCENARIO_inband). */
+extern int inband_hello;
 
 #define die(...)                                                                                   \
 	do {                                                                                       \

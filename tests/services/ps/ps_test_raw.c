@@ -22,12 +22,60 @@ struct rawc {
 	struct wimm_mr *win_mr, *src_mr;
 	float win[SHARDS * FLOATS];
 	float src[2 * SHARDS * FLOATS];
+	unsigned char hello[PS_HELLO_LEN]; /* in-band */
+	struct wimm_mr *hello_mr;
 	uint32_t latest[SHARDS];
 	int have[SHARDS];
 };
 
+/* One event for the raw worker: parameters noted; a refusal's reason, or
+ * 1 for a disconnect (0: neither). */
+static int raw_event(struct rawc *r, const struct wimm_event *ev)
+{
+	uint32_t v[3];
+	if (ev->type == WIMM_EV_DISCONNECT)
+		return 1;
+	if (ev->type != WIMM_EV_WRITE_IMM)
+		return 0;
+	if (ps_refusal(ev))
+		return ps_refusal(ev);
+	wimm_imm_unpack(ps_layout_out(), ev->imm, v);
+	if (v[PS_OUT_KIND] == PS_K_PARAMS && v[PS_OUT_SHARD] < SHARDS) {
+		r->latest[v[PS_OUT_SHARD]] = v[PS_OUT_ITER];
+		r->have[v[PS_OUT_SHARD]] = 1;
+	}
+	return 0;
+}
+
+/* In-band, the hello's answer on c: its first parameters (0) or a refusal
+ * (which may be taken after the disconnect that follows it). Every event
+ * of a batch is taken: parameters of other shards may follow. */
+static int raw_answer(struct rawc *r, struct wimm_conn *c)
+{
+	struct wimm_event ev[16];
+	int64_t until = now_ms() + 20000 * scale();
+	int gone = 0, answer = 1;
+	while (answer == 1 && now_ms() < until) {
+		int n = wimm_wait(r->ctx, ev, 16, WIMM_WAIT_BLOCK, 100);
+		for (int i = 0; i < n; i++) {
+			int rc = raw_event(r, &ev[i]);
+			if (ev[i].conn != c || answer != 1)
+				continue;
+			if (rc < 0)
+				answer = rc;
+			else if (!rc && ev[i].type == WIMM_EV_WRITE_IMM)
+				answer = 0;
+			gone |= rc == 1;
+		}
+		if (answer == 1 && gone && n == 0)
+			answer = WIMM_E_DISCONNECTED;
+	}
+	return answer == 1 ? WIMM_E_TIMEDOUT : answer;
+}
+
 /* Connect as `rank` of `world` with a window of window_len bytes (a bad
- * magic with bad != 0): the result of wimm_connect. */
+ * magic with bad != 0): the result of wimm_connect or, in-band, of the
+ * hello. */
 static int raw_try(struct rawc *r, int port, uint32_t rank, uint32_t world, size_t window_len,
 		   int bad, struct wimm_conn **out)
 {
@@ -38,12 +86,18 @@ static int raw_try(struct rawc *r, int port, uint32_t rank, uint32_t world, size
 	if (bad)
 		hello[0] ^= 0xff;
 	snprintf(addr, sizeof(addr), "%s:%d", test_host(), port);
+	int inband = ps_hello_inband(r->ctx, inband_hello);
 	struct wimm_conn_attr ca = {.window = r->win_mr,
 				    .window_len = window_len,
 				    .rx_depth = 32,
-				    .private_data = hello,
-				    .private_len = PS_HELLO_LEN};
-	return wimm_connect(r->ctx, addr, &ca, 10000 * scale(), out);
+				    .private_data = inband ? NULL : hello,
+				    .private_len = inband ? 0 : PS_HELLO_LEN};
+	int rc = wimm_connect(r->ctx, addr, &ca, 10000 * scale(), out);
+	if (rc < 0 || !inband)
+		return rc;
+	memcpy(r->hello, hello, sizeof(hello));
+	rc = wimm_send_imm(*out, r->hello_mr, 0, PS_HELLO_LEN, PS_HELLO_IMM, WIMM_F_WAIT);
+	return rc < 0 ? rc : raw_answer(r, *out);
 }
 
 /* Take events until every shard's parameters are at iteration `iter`. */
@@ -60,18 +114,9 @@ static int raw_wait_params(struct rawc *r, uint32_t iter)
 		if (now_ms() > until)
 			return -1;
 		int n = wimm_wait(r->ctx, ev, 16, WIMM_WAIT_BLOCK, 100);
-		for (int i = 0; i < n; i++) {
-			uint32_t v[3];
-			if (ev[i].type == WIMM_EV_DISCONNECT)
+		for (int i = 0; i < n; i++)
+			if (raw_event(r, &ev[i]) && ev[i].conn == r->c)
 				return -1;
-			if (ev[i].type != WIMM_EV_WRITE_IMM)
-				continue;
-			wimm_imm_unpack(ps_layout_out(), ev[i].imm, v);
-			if (v[PS_OUT_KIND] == PS_K_PARAMS && v[PS_OUT_SHARD] < SHARDS) {
-				r->latest[v[PS_OUT_SHARD]] = v[PS_OUT_ITER];
-				r->have[v[PS_OUT_SHARD]] = 1;
-			}
-		}
 	}
 }
 
@@ -96,6 +141,8 @@ int t_bad_input(void)
 		rc = wimm_mr_reg(r.ctx, r.win, sizeof(r.win), WIMM_REMOTE_WRITE, &r.win_mr);
 	if (rc == 0)
 		rc = wimm_mr_reg(r.ctx, r.src, sizeof(r.src), WIMM_LOCAL, &r.src_mr);
+	if (rc == 0)
+		rc = wimm_mr_reg(r.ctx, r.hello, sizeof(r.hello), WIMM_LOCAL, &r.hello_mr);
 	if (rc < 0)
 		die("raw worker: %s", wimm_strerror(rc));
 	/* Requests refused, each with its reason. */
@@ -171,6 +218,7 @@ int t_bad_input(void)
 		  strstr(out, "applied 4"),
 	      "wimm ps stat printed: %s", out);
 	wimm_conn_delete(&r.c);
+	wimm_mr_dereg(&r.hello_mr);
 	wimm_mr_dereg(&r.src_mr);
 	wimm_mr_dereg(&r.win_mr);
 	wimm_ctx_close(&r.ctx);
