@@ -159,6 +159,7 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 	if (rc == WIMM_E_PERM || rc == WIMM_E_PROTO) {
 		fprintf(stderr, "wimm: log serve: cannot use directory %s (%s)\n", a->dir,
 			wimm_err_name(rc));
+		wimm_ctx_close(&ctx);
 		return 2;
 	}
 	if (rc)
