@@ -121,13 +121,15 @@ static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, 
  * in addr (exits when it does not start). */
 struct bench_server {
 	pid_t pid;
-	char dir[64], addr[64];
+	char dir[256], addr[64];
 };
 
 static void server_up(struct bench_server *b, const char *fabric, int spin, uint32_t ring)
 {
 	int pfd[2];
-	snprintf(b->dir, sizeof(b->dir), "/tmp/wimm-log-bench-XXXXXX");
+	/* mkdtemp's template (its X's are replaced), under $TMPDIR if set. */
+	const char *tmp = getenv("TMPDIR");
+	snprintf(b->dir, sizeof(b->dir), "%s/wimm-log-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(b->dir) || pipe(pfd))
 		cli_die("log bench: cannot make a directory or a pipe");
 	fflush(stdout);
