@@ -15,8 +15,12 @@ Each run times STEPS steps after 2 untimed ones; its figure is the slowest
 rank's mean time per step (the same statistic for wimm ps and gloo). Rounds
 interleave the three; every round is kept (in the .jsonl) and the table shows
 the median over rounds, with the aggregation throughput N x SIZE / time.
+Output in DIR: ps-DATE[-full].jsonl (every run, appended), ps-DATE[-full].md
+(the table, with the machine and its load before and after) and
+ps-DATE[-full].png (time per step over model size, one line per tool and
+worker count; needs matplotlib, Debian python3-matplotlib).
 
-    ps_bench.py [-f FABRIC] [--workers 2,4,8] [--sizes 1M,16M] [--rounds 3]
+    ps_bench.py [-f FABRIC] [--workers 2,4,8] [--sizes 1M,16M] [--rounds 5]
                 [--steps 10] [--wimm PATH] [--out DIR]
     ps_bench.py --full      workers 2,4,8 x sizes 1M,16M,64M,256M
 
@@ -157,7 +161,7 @@ def main():
     ap.add_argument("-f", "--fabric", default="ofi:tcp")
     ap.add_argument("--workers", default="2,4,8")
     ap.add_argument("--sizes", default="1M,16M")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--wimm", default=os.environ.get("WIMM_CLI",
@@ -168,7 +172,11 @@ def main():
         a.workers, a.sizes = "2,4,8", "1M,16M,64M,256M"
     configs = [(n, parse_size(s)) for n in map(int, a.workers.split(","))
                for s in a.sizes.split(",")]
-    stamp = datetime.date.today().isoformat()
+    if a.rounds < 1 or a.steps < 1:
+        ap.error("--rounds and --steps must be at least 1")
+    stamp = datetime.date.today().isoformat() + ("-full" if a.full else "")
+    load_before = loadavg()
+    started = time.time()
     os.makedirs(a.out, exist_ok=True)
     jsonl = open(os.path.join(a.out, f"ps-{stamp}.jsonl"), "a")
     results = {c: {"wimm ps": [], "gloo": [], "single": []} for c in configs}
@@ -190,23 +198,72 @@ def main():
                 jsonl.flush()
                 print(f"round {rnd}: {n} workers, {human(size)}, {kind}: {t * 1e3:.2f} ms",
                       file=sys.stderr, flush=True)
-    lines = [f"wimm ps ({a.fabric}) against torch.distributed all_reduce (gloo) and one "
+    lines = [f"Machine: {machine()}; load average before / after: {load_before} / "
+             f"{loadavg()}; {(time.time() - started) / 60:.1f} min.",
+             "",
+             f"wimm ps ({a.fabric}) against torch.distributed all_reduce (gloo) and one "
              f"process; median over {a.rounds} interleaved rounds of {a.steps} steps, the "
              f"slowest rank's mean ms per step (aggregation GB/s = workers x bytes / time)",
              "",
-             "| workers | model | wimm ps ms | gloo ms | single ms | wimm ps GB/s | gloo GB/s |"
-             " single GB/s |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| workers | model | wimm ps ms | gloo ms | wimm ps / gloo | single ms | wimm ps GB/s |"
+             " gloo GB/s | single GB/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, size in configs:
         med = {k: statistics.median(v) for k, v in results[(n, size)].items()}
         gbs = {k: n * size / v / 1e9 for k, v in med.items()}
         lines.append(f"| {n} | {human(size)} | {med['wimm ps'] * 1e3:.2f} | "
-                     f"{med['gloo'] * 1e3:.2f} | {med['single'] * 1e3:.2f} | "
+                     f"{med['gloo'] * 1e3:.2f} | {med['wimm ps'] / med['gloo']:.2f}x | "
+                     f"{med['single'] * 1e3:.2f} | "
                      f"{gbs['wimm ps']:.2f} | {gbs['gloo']:.2f} | {gbs['single']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     with open(os.path.join(a.out, f"ps-{stamp}.md"), "a") as f:
         f.write(text + "\n")
+    plot(results, a, os.path.join(a.out, f"ps-{stamp}.png"))
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def plot(results, a, path):
+    """Median ms per step over model size: one line per tool and worker count."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib (Debian python3-matplotlib): no plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = {"wimm ps": "-o", "gloo": "--s", "single": ":^"}
+    for n in sorted({n for n, _ in results}):
+        sizes = sorted(s for m, s in results if m == n)
+        for kind, style in styles.items():
+            ys = [statistics.median(results[(n, s)][kind]) * 1e3 for s in sizes]
+            ax.plot([s >> 20 for s in sizes], ys, style, label=f"{kind}, {n} workers")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("model size (MiB, float32)")
+    ax.set_ylabel("ms per step (slowest rank, median of rounds)")
+    ax.set_title(f"wimm ps ({a.fabric}) vs gloo all_reduce vs one process, {a.rounds} rounds")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
