@@ -2,41 +2,18 @@
  * endpoint that does wimm's handshake itself and then writes wherever it
  * likes, with the key the server handed it, bypassing every check the
  * library makes on the sending side. What the server's transport refuses
- * is what the receiver enforces. */
+ * is what the receiver enforces. The MSG-only face of raw_peer.h: the
+ * struct is raw_peer.h's (srv, posted, done, failed, received, rx, ...). */
 #ifndef WIMM_RAW_TCP_PEER_H
 #define WIMM_RAW_TCP_PEER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
+#include "raw_peer.h"
 
-#include "core/handshake.h"
-
-struct raw_tcp_peer {
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_eq *eq;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-	struct fid_mr *ctl_mr, *src_mr, *win_mr, *rx_mr;
-	uint64_t ctl[16]; /* credits and heartbeats come here */
-	/* Receive slots the server's sends land in (RAW_RX_SLOTS of
-	 * RAW_RX_SIZE), posted at open and again as they are read. */
-	uint8_t rx[16][512];
-	int received;
-	void *src, *win; /* what we write; our window (NULL: none) */
-	size_t src_len, win_len;
-	struct wimm_handshake srv; /* the server's handshake */
-	int posted, done, failed;
-};
-
-#define RAW_RX_SLOTS 16
-#define RAW_RX_SIZE 512
+/* The services' tests name the struct after what it is to them. */
+#define raw_tcp_peer raw_peer
 
 /* Open the endpoint and register src (what we write) and win (the window
  * we offer, may be NULL). 0 or a negative fi_errno. */

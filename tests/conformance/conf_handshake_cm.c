@@ -6,39 +6,15 @@
  * in bounded time, and the listener must then still accept a real wimm
  * connection. RDM fabrics (ofi:shm) have no CM: bad_handshake covers them
  * with raw TCP frames. */
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#ifdef CONF_HAVE_OFI
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#endif
-#ifdef CONF_HAVE_VERBS
-#include <rdma/rdma_cma.h>
-#endif
 
 #include "conf.h"
+#include "raw_peer.h"
 
-#define HS_LEN 56	   /* the fixed part of a version-2 handshake */
-#define HS_MAX_ADDR 192	   /* its largest transport address */
-#define CM_BUF_MAX 1024	   /* largest CM data this test sends */
-#define IB_CM_REQ_PDATA 56 /* rdma_connect's private data on IB/RoCE (RDMA_PS_TCP) */
-
-enum kind {
-	K_NONE,	   /* no CM: skip */
-	K_OFI_MSG, /* libfabric MSG endpoint, handshake in fi_connect's CM data */
-	K_RDMA_CM, /* librdmacm, handshake in the REQ private data */
-};
+#define HS_LEN 56	/* the fixed part of a version-2 handshake */
+#define HS_MAX_ADDR 192 /* its largest transport address */
 
 /* Where a case can be expressed: the IB CM pads private data with zeros to
  * 56 bytes, so on rdma_cm a short message is indistinguishable from its
@@ -209,411 +185,18 @@ static size_t make_case(size_t i, uint8_t *b, size_t cm_max, int *skip)
 	return n;
 }
 
-/* --------------------------------------------------------- the raw peers */
+/* --------------------------------------------------------- the raw peer */
 
-enum raw_outcome {
-	RAW_REFUSED,   /* the CM's reject */
-	RAW_CONNECTED, /* the request was accepted */
-	RAW_TIMEOUT,   /* no answer in time */
-	RAW_ERROR,     /* anything else: text says what */
-};
-
-struct raw {
-	enum kind kind;
-	char host[256];
-	char port[16];
-	size_t cm_max;
-	char text[200]; /* what happened, for failure messages */
-	uint8_t reply[CM_BUF_MAX];
-	size_t reply_len;
-#ifdef CONF_HAVE_OFI
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_eq *eq;
-	struct fid_cq *cq;
-	struct fid_ep *ep;
-#endif
-#ifdef CONF_HAVE_VERBS
-	struct rdma_event_channel *ch;
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *vcq;
-#endif
-};
-
-#ifdef CONF_HAVE_OFI
-/* The MSG provider wimm itself would use for "ofi:<prov>": the same name
- * and the same needs (ofi_find in src/ofi/ofi_ctx.c), so the raw peer
- * talks to a CM listener exactly when wimm listens with one. */
-static int ofi_msg_info(const char *prov, const char *node, const char *service,
-			struct fi_info **out)
+/* Which CM the fabric's listener uses (tests/common/raw_peer.h's MSG or
+ * verbs peer); *why says why there is none. */
+static enum raw_peer_kind fabric_kind(const char *uri, const char **why)
 {
-	struct fi_info *hints = fi_allocinfo(), *list = NULL;
-	int ret = -FI_ENODATA;
+	enum raw_peer_kind kind = raw_peer_kind_of(uri, why);
 
-	*out = NULL;
-	if (!hints)
-		return -FI_ENOMEM;
-	hints->caps = FI_MSG | FI_RMA;
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->fabric_attr->prov_name = strdup(prov);
-	if (hints->fabric_attr->prov_name)
-		ret = fi_getinfo(FI_VERSION(1, 9), node, service, 0, hints, &list);
-	fi_freeinfo(hints);
-	if (ret)
-		return ret;
-	for (struct fi_info *i = list; i; i = i->next) {
-		if (strcmp(i->fabric_attr->prov_name, prov) || i->domain_attr->cq_data_size < 4)
-			continue;
-		*out = fi_dupinfo(i);
-		break;
-	}
-	fi_freeinfo(list);
-	return *out ? 0 : -FI_ENODATA;
-}
-
-static void raw_ofi_close_ep(struct raw *r)
-{
-	if (r->ep)
-		fi_close(&r->ep->fid);
-	if (r->cq)
-		fi_close(&r->cq->fid);
-	if (r->eq)
-		fi_close(&r->eq->fid);
-	r->ep = NULL;
-	r->cq = NULL;
-	r->eq = NULL;
-}
-
-static int raw_ofi_open_ep(struct raw *r)
-{
-	struct fi_eq_attr eqa = {.size = 16, .wait_obj = FI_WAIT_UNSPEC};
-	struct fi_cq_attr cqa = {.size = 16, .format = FI_CQ_FORMAT_CONTEXT};
-	int ret;
-
-	ret = fi_eq_open(r->fabric, &eqa, &r->eq, NULL);
-	if (!ret)
-		ret = fi_cq_open(r->domain, &cqa, &r->cq, NULL);
-	if (!ret)
-		ret = fi_endpoint(r->domain, r->info, &r->ep, NULL);
-	if (!ret)
-		ret = fi_ep_bind(r->ep, &r->eq->fid, 0);
-	if (!ret)
-		ret = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (!ret)
-		ret = fi_enable(r->ep);
-	if (ret) {
-		snprintf(r->text, sizeof(r->text), "raw endpoint set-up: %s", fi_strerror(-ret));
-		raw_ofi_close_ep(r);
-	}
-	return ret;
-}
-
-static int raw_ofi_open(struct raw *r, const char *prov)
-{
-	size_t len = sizeof(r->cm_max);
-	int ret = ofi_msg_info(prov, r->host, r->port, &r->info);
-
-	if (!ret)
-		ret = fi_fabric(r->info->fabric_attr, &r->fabric, NULL);
-	if (!ret)
-		ret = fi_domain(r->fabric, r->info, &r->domain, NULL);
-	if (ret) {
-		snprintf(r->text, sizeof(r->text), "raw %s peer: %s", prov, fi_strerror(-ret));
-		return ret;
-	}
-	/* The oversized cases send as much as the provider's CM carries. */
-	ret = raw_ofi_open_ep(r);
-	if (ret)
-		return ret;
-	if (fi_getopt(&r->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &r->cm_max, &len))
-		r->cm_max = 256; /* the tcp provider's, older providers lack the option */
-	if (r->cm_max > CM_BUF_MAX)
-		r->cm_max = CM_BUF_MAX;
-	raw_ofi_close_ep(r);
-	return 0;
-}
-
-static void raw_ofi_close(struct raw *r)
-{
-	raw_ofi_close_ep(r);
-	if (r->domain)
-		fi_close(&r->domain->fid);
-	if (r->fabric)
-		fi_close(&r->fabric->fid);
-	fi_freeinfo(r->info);
-	r->domain = NULL;
-	r->fabric = NULL;
-	r->info = NULL;
-}
-
-static enum raw_outcome raw_ofi_attempt(struct raw *r, const uint8_t *b, size_t n, int64_t deadline)
-{
-	union {
-		struct fi_eq_cm_entry e;
-		uint8_t b[sizeof(struct fi_eq_cm_entry) + CM_BUF_MAX];
-	} u;
-	uint32_t event;
-	ssize_t rd;
-	int ret;
-
-	if (raw_ofi_open_ep(r))
-		return RAW_ERROR;
-	ret = fi_connect(r->ep, r->info->dest_addr, n ? b : NULL, n);
-	if (ret) {
-		snprintf(r->text, sizeof(r->text), "fi_connect(%zu bytes): %s", n,
-			 fi_strerror(-ret));
-		return RAW_ERROR;
-	}
-	for (;;) {
-		int64_t left = deadline - conf_now_ms();
-
-		if (left <= 0)
-			return RAW_TIMEOUT;
-		rd = fi_eq_sread(r->eq, &event, &u, sizeof(u), left > 200 ? 200 : (int)left, 0);
-		if (rd == -FI_EAGAIN || rd == -FI_ETIMEDOUT)
-			continue;
-		if (rd == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = {0};
-
-			fi_eq_readerr(r->eq, &err, 0);
-			snprintf(r->text, sizeof(r->text), "EQ error %d (%s)", err.err,
-				 fi_strerror(err.err));
-			return err.err == FI_ECONNREFUSED ? RAW_REFUSED : RAW_ERROR;
-		}
-		if (rd < 0) {
-			snprintf(r->text, sizeof(r->text), "fi_eq_sread: %s",
-				 fi_strerror((int)-rd));
-			return RAW_ERROR;
-		}
-		if (event == FI_CONNECTED) {
-			r->reply_len = (size_t)rd > sizeof(u.e) ? (size_t)rd - sizeof(u.e) : 0;
-			memcpy(r->reply, u.e.data, r->reply_len);
-			snprintf(r->text, sizeof(r->text), "FI_CONNECTED");
-			return RAW_CONNECTED;
-		}
-		snprintf(r->text, sizeof(r->text), "unexpected EQ event %u", event);
-		return RAW_ERROR;
-	}
-}
-#endif /* CONF_HAVE_OFI */
-
-#ifdef CONF_HAVE_VERBS
-/* Every wait on the raw channel is a bounded poll, never a blocking read. */
-static int fcntl_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-static void raw_cm_close(struct raw *r)
-{
-	if (r->id && r->id->qp)
-		rdma_destroy_qp(r->id);
-	if (r->vcq)
-		ibv_destroy_cq(r->vcq);
-	if (r->pd)
-		ibv_dealloc_pd(r->pd);
-	if (r->id)
-		rdma_destroy_id(r->id);
-	if (r->ch)
-		rdma_destroy_event_channel(r->ch);
-	r->id = NULL;
-	r->vcq = NULL;
-	r->pd = NULL;
-	r->ch = NULL;
-}
-
-/* The next event of the raw id, or -1 on an error, -2 on timeout (text
- * says which). */
-static int raw_cm_event(struct raw *r, int64_t deadline, int *status)
-{
-	struct pollfd pfd = {.fd = r->ch->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-
-	for (;;) {
-		if (rdma_get_cm_event(r->ch, &ev) == 0) {
-			int type = ev->event;
-			const struct rdma_conn_param *cp = &ev->param.conn;
-
-			*status = ev->status;
-			r->reply_len = 0;
-			if (cp->private_data) { /* a uint8_t length: it fits */
-				r->reply_len = cp->private_data_len;
-				memcpy(r->reply, cp->private_data, r->reply_len);
-			}
-			rdma_ack_cm_event(ev);
-			return type;
-		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK) {
-			snprintf(r->text, sizeof(r->text), "rdma_get_cm_event: %s",
-				 strerror(errno));
-			return -1;
-		}
-		int64_t left = deadline - conf_now_ms();
-
-		if (left <= 0) {
-			snprintf(r->text, sizeof(r->text), "no rdma_cm event in time");
-			return -2;
-		}
-		poll(&pfd, 1, left > 200 ? 200 : (int)left);
-	}
-}
-
-static int raw_cm_expect(struct raw *r, int want, int64_t deadline)
-{
-	int status = 0, ev = raw_cm_event(r, deadline, &status);
-
-	if (ev == want)
-		return 0;
-	if (ev >= 0)
-		snprintf(r->text, sizeof(r->text), "%s (status %d), expected %s",
-			 rdma_event_str((enum rdma_cm_event_type)ev), status,
-			 rdma_event_str((enum rdma_cm_event_type)want));
-	return -1;
-}
-
-static enum raw_outcome raw_cm_attempt(struct raw *r, const uint8_t *b, size_t n, int64_t deadline)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-	struct addrinfo *ai = NULL;
-	struct ibv_qp_init_attr qa = {0};
-	struct rdma_conn_param cp = {0};
-	int status = 0, ev, rc;
-
-	r->ch = rdma_create_event_channel();
-	if (!r->ch || fcntl_nonblock(r->ch->fd) ||
-	    rdma_create_id(r->ch, &r->id, NULL, RDMA_PS_TCP)) {
-		snprintf(r->text, sizeof(r->text), "rdma_cm set-up: %s", strerror(errno));
-		return RAW_ERROR;
-	}
-	rc = getaddrinfo(r->host, r->port, &hints, &ai);
-	if (rc) {
-		snprintf(r->text, sizeof(r->text), "getaddrinfo: %s", gai_strerror(rc));
-		return RAW_ERROR;
-	}
-	rc = rdma_resolve_addr(r->id, NULL, ai->ai_addr, 2000);
-	freeaddrinfo(ai);
-	if (rc || raw_cm_expect(r, RDMA_CM_EVENT_ADDR_RESOLVED, deadline)) {
-		if (rc)
-			snprintf(r->text, sizeof(r->text), "rdma_resolve_addr: %s",
-				 strerror(errno));
-		return RAW_ERROR;
-	}
-	if (rdma_resolve_route(r->id, 2000) ||
-	    raw_cm_expect(r, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)) {
-		if (!r->text[0])
-			snprintf(r->text, sizeof(r->text), "rdma_resolve_route: %s",
-				 strerror(errno));
-		return RAW_ERROR;
-	}
-	/* An RC QP: rdma_connect needs one to fill the REQ. */
-	r->pd = ibv_alloc_pd(r->id->verbs);
-	r->vcq = r->pd ? ibv_create_cq(r->id->verbs, 4, NULL, NULL, 0) : NULL;
-	qa.send_cq = r->vcq;
-	qa.recv_cq = r->vcq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = 1;
-	qa.cap.max_recv_wr = 1;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
-	if (!r->vcq || rdma_create_qp(r->id, r->pd, &qa)) {
-		snprintf(r->text, sizeof(r->text), "QP set-up: %s", strerror(errno));
-		return RAW_ERROR;
-	}
-	cp.private_data = n ? b : NULL;
-	cp.private_data_len = (uint8_t)n;
-	cp.responder_resources = 1;
-	cp.initiator_depth = 1;
-	cp.retry_count = 7;
-	cp.rnr_retry_count = 7;
-	if (rdma_connect(r->id, &cp)) {
-		snprintf(r->text, sizeof(r->text), "rdma_connect(%zu bytes): %s", n,
-			 strerror(errno));
-		return RAW_ERROR;
-	}
-	ev = raw_cm_event(r, deadline, &status);
-	if (ev < 0)
-		return ev == -2 ? RAW_TIMEOUT : RAW_ERROR;
-	snprintf(r->text, sizeof(r->text), "%s (status %d)",
-		 rdma_event_str((enum rdma_cm_event_type)ev), status);
-	if (ev == RDMA_CM_EVENT_REJECTED)
-		return RAW_REFUSED;
-	return ev == RDMA_CM_EVENT_ESTABLISHED ? RAW_CONNECTED : RAW_ERROR;
-}
-#endif /* CONF_HAVE_VERBS */
-
-static enum raw_outcome raw_attempt(struct raw *r, const uint8_t *b, size_t n, int64_t deadline)
-{
-	r->text[0] = '\0';
-	r->reply_len = 0;
-#ifdef CONF_HAVE_OFI
-	if (r->kind == K_OFI_MSG)
-		return raw_ofi_attempt(r, b, n, deadline);
-#endif
-#ifdef CONF_HAVE_VERBS
-	if (r->kind == K_RDMA_CM)
-		return raw_cm_attempt(r, b, n, deadline);
-#endif
-	(void)b;
-	(void)n;
-	(void)deadline;
-	snprintf(r->text, sizeof(r->text), "no raw peer for this fabric");
-	return RAW_ERROR;
-}
-
-/* Ends one attempt (a connection the raw peer got is dropped). */
-static void raw_attempt_end(struct raw *r)
-{
-#ifdef CONF_HAVE_OFI
-	if (r->kind == K_OFI_MSG)
-		raw_ofi_close_ep(r);
-#endif
-#ifdef CONF_HAVE_VERBS
-	if (r->kind == K_RDMA_CM)
-		raw_cm_close(r);
-#endif
-	(void)r;
-}
-
-static void raw_close(struct raw *r)
-{
-	raw_attempt_end(r);
-#ifdef CONF_HAVE_OFI
-	if (r->kind == K_OFI_MSG)
-		raw_ofi_close(r);
-#endif
-}
-
-/* Which CM the fabric's listener uses; *why says why there is none. */
-static enum kind fabric_kind(const char *uri, const char **why)
-{
-	if (strncmp(uri, "verbs", 5) == 0) {
-#ifdef CONF_HAVE_VERBS
-		return K_RDMA_CM;
-#else
-		*why = "built without rdma-core headers";
-		return K_NONE;
-#endif
-	}
-	if (strncmp(uri, "ofi:", 4) == 0) {
-#ifdef CONF_HAVE_OFI
-		struct fi_info *info = NULL;
-
-		if (ofi_msg_info(uri + 4, NULL, NULL, &info) == 0) {
-			fi_freeinfo(info);
-			return K_OFI_MSG;
-		}
-		*why = "no MSG endpoint, so no CM (bad_handshake sends raw TCP frames there)";
-#else
-		*why = "built without libfabric headers";
-#endif
-		return K_NONE;
-	}
-	*why = "not an ofi: or verbs: fabric";
-	return K_NONE;
+	if (kind != RAW_PEER_OFI_RDM)
+		return kind;
+	*why = "no MSG endpoint, so no CM (bad_handshake sends raw TCP frames there)";
+	return RAW_PEER_NONE;
 }
 
 /* ------------------------------------------------------------- the test */
@@ -642,19 +225,20 @@ static const char *outcome_name(enum raw_outcome o)
 
 /* One request with case i's bytes. Returns -1 when the listener may be left
  * with a request still in flight, so later cases would not be meaningful. */
-static int run_case(struct raw *r, struct wimm_listener *l, size_t i, int64_t *worst_ms, int *named)
+static int run_case(struct raw_peer *r, const char *host, const char *port, size_t cm_max,
+		    struct wimm_listener *l, size_t i, int64_t *worst_ms, int *named)
 {
 	const struct cm_case *k = &cases[i];
 	int accept_ms = (int)(5000 * conf_scale());
 	struct acc a = {.l = l, .timeout_ms = accept_ms};
-	uint8_t buf[CM_BUF_MAX];
+	uint8_t buf[RAW_CM_MAX];
 	enum raw_outcome want = k->want ? RAW_REFUSED : RAW_CONNECTED, got;
 	pthread_t th;
 	int skip, ret = 0;
-	size_t n = make_case(i, buf, r->cm_max, &skip);
+	size_t n = make_case(i, buf, cm_max, &skip);
 
-	if (skip || n > r->cm_max) {
-		conf_diag("%s: not expressible in %zu bytes of CM data", k->what, r->cm_max);
+	if (skip || n > cm_max) {
+		conf_diag("%s: not expressible in %zu bytes of CM data", k->what, cm_max);
 		return 0;
 	}
 	/* wimm_accept and the raw connect each wait for the other. */
@@ -664,7 +248,7 @@ static int run_case(struct raw *r, struct wimm_listener *l, size_t i, int64_t *w
 	}
 	int64_t t0 = conf_now_ms();
 
-	got = raw_attempt(r, buf, n, t0 + accept_ms + 1000);
+	got = raw_peer_connect_bytes(r, host, port, buf, n, NULL, NULL, accept_ms + 1000);
 	int64_t ms = conf_now_ms() - t0;
 
 	pthread_join(th, NULL);
@@ -695,7 +279,7 @@ static int run_case(struct raw *r, struct wimm_listener *l, size_t i, int64_t *w
 			  r->reply_len);
 	/* The verbs backend names its error in the REJ ("WRJ1", BE code), for
 	 * its own wimm_connect: where it does, it must be the right one. */
-	if (got == RAW_REFUSED && r->kind == K_RDMA_CM && r->reply_len >= 8 &&
+	if (got == RAW_REFUSED && r->kind == RAW_PEER_VERBS_CM && r->reply_len >= 8 &&
 	    !memcmp(r->reply, "WRJ1", 4)) {
 		int32_t code = (int32_t)((uint32_t)r->reply[4] << 24 | (uint32_t)r->reply[5] << 16 |
 					 (uint32_t)r->reply[6] << 8 | r->reply[7]);
@@ -707,7 +291,7 @@ static int run_case(struct raw *r, struct wimm_listener *l, size_t i, int64_t *w
 			(*named)++;
 	}
 	wimm_conn_delete(&a.conn);
-	raw_attempt_end(r);
+	raw_peer_disconnect(r); /* a connection the raw peer got is dropped */
 	return ret;
 }
 
@@ -715,10 +299,10 @@ static void t_bad_handshake_cm(const char *uri)
 {
 	struct wimm_conn_attr sattr = {0}, cattr = {0};
 	const char *why = "";
-	enum kind kind;
+	enum raw_peer_kind kind;
 	struct wimm_event ev;
-	struct raw r;
-	char addr[300];
+	struct raw_peer r;
+	char addr[300], host[256], port[16];
 	int64_t worst = 0;
 	struct pair p;
 	int tried = 0, named = 0;
@@ -728,33 +312,38 @@ static void t_bad_handshake_cm(const char *uri)
 		goto out;
 	/* What the URI resolved to ("auto", "verbs" name no provider). */
 	kind = fabric_kind(wimm_ctx_fabric(p.sctx), &why);
-	if (kind == K_NONE) {
+	if (kind == RAW_PEER_NONE) {
 		conf_skip("%s: %s", wimm_ctx_fabric(p.sctx), why);
 		goto out;
 	}
 	if (conf_listen(p.sctx, &sattr, &p.l, addr, sizeof(addr)))
 		goto out;
-	r.kind = kind;
-	snprintf(r.host, sizeof(r.host), "%s", conf_host());
-	snprintf(r.port, sizeof(r.port), "%d", wimm_listener_port(p.l));
-	r.cm_max = IB_CM_REQ_PDATA;
-#ifdef CONF_HAVE_OFI
-	if (kind == K_OFI_MSG && raw_ofi_open(&r, wimm_ctx_fabric(p.sctx) + 4)) {
+	snprintf(host, sizeof(host), "%s", conf_host());
+	snprintf(port, sizeof(port), "%d", wimm_listener_port(p.l));
+	/* No memory of its own: it only asks. */
+	struct raw_peer_attr ra = {.kind = kind,
+				   .prov = wimm_ctx_fabric(p.sctx) + 4,
+				   .node = host,
+				   .service = port,
+				   .src = r.ctl,
+				   .src_len = sizeof(r.ctl)};
+	if (raw_peer_open(&r, &ra)) {
 		conf_fail(__FILE__, __LINE__, "%s", r.text);
 		goto out;
 	}
-#endif
+	/* The oversized cases send as much as the provider's CM carries. */
+	size_t cm_max = raw_peer_cm_max(&r);
 	conf_diag("raw %s peer, at most %zu bytes of CM data",
-		  kind == K_OFI_MSG ? "fi_connect" : "rdma_connect", r.cm_max);
+		  kind == RAW_PEER_OFI_MSG ? "fi_connect" : "rdma_connect", cm_max);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (!(cases[i].on & (kind == K_OFI_MSG ? ON_OFI : ON_CM)))
+		if (!(cases[i].on & (kind == RAW_PEER_OFI_MSG ? ON_OFI : ON_CM)))
 			continue;
 		tried++;
-		if (run_case(&r, p.l, i, &worst, &named))
+		if (run_case(&r, host, port, cm_max, p.l, i, &worst, &named))
 			goto out;
 	}
 	conf_diag("%d requests, slowest answer to the raw peer %lld ms", tried, (long long)worst);
-	if (kind == K_RDMA_CM)
+	if (kind == RAW_PEER_VERBS_CM)
 		conf_diag("%d REJs named the right wimm error", named);
 	CHECKF(worst < (int64_t)(3000 * conf_scale()), "the raw peer waited %lld ms for an answer",
 	       (long long)worst);
@@ -766,7 +355,7 @@ static void t_bad_handshake_cm(const char *uri)
 	CHECK_EQ(next_event(p.sctx, p.cctx, &ev, 5000), 1);
 	CHECK(ev.type == WIMM_EV_WRITE_IMM && ev.imm == 78);
 out:
-	raw_close(&r);
+	raw_peer_close(&r);
 	pair_close(&p);
 }
 

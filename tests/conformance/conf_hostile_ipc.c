@@ -70,14 +70,14 @@ int conf_ipc_send(int sock, const uint8_t *hs, size_t len, const int *fd)
 	return sendmsg(sock, &m, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
 
-static int raw_ipc_fail(struct raw_peer *r, const char *what)
+static int raw_ipc_fail(struct hostile_peer *r, const char *what)
 {
-	snprintf(r->text, sizeof(r->text), "raw ipc: %s: %s", what, strerror(errno));
+	snprintf(r->raw.text, sizeof(r->raw.text), "raw ipc: %s: %s", what, strerror(errno));
 	return -1;
 }
 
 /* Our handshake with our three fds, the server's with its three back. */
-int raw_ipc_connect(struct raw_peer *r, const char *addr, struct wimm_ctx *ctx,
+int raw_ipc_connect(struct hostile_peer *r, const char *addr, struct wimm_ctx *ctx,
 		    struct wimm_listener *l, struct wimm_conn **sconn)
 {
 	union {
@@ -101,7 +101,7 @@ int raw_ipc_connect(struct raw_peer *r, const char *addr, struct wimm_ctx *ctx,
 	memset(&mine, 0, sizeof(mine));
 	mine.version = WIMM_HS_VERSION;
 	mine.rx_depth = 64;
-	mine.credit_addr = (uint64_t)(uintptr_t)r->ctl;
+	mine.credit_addr = (uint64_t)(uintptr_t)r->raw.ctl;
 	mine.credit_key = 0x5a5a;
 	mine.addr_len = sizeof(a);
 	memcpy(mine.addr, a, sizeof(a));
@@ -126,12 +126,12 @@ int raw_ipc_connect(struct raw_peer *r, const char *addr, struct wimm_ctx *ctx,
 		return raw_ipc_fail(r, "no reply with three fds");
 	memcpy(srv_fd, CMSG_DATA(h), sizeof(srv_fd));
 	r->srv_efd = srv_fd[2];
-	if (raw_reply(r, reply, (size_t)got) || r->srv.addr_len != sizeof(a)) {
+	if (raw_reply(r, reply, (size_t)got) || r->raw.srv.addr_len != sizeof(a)) {
 		close(srv_fd[0]);
 		close(srv_fd[1]);
 		return -1;
 	}
-	memcpy(a, r->srv.addr, sizeof(a));
+	memcpy(a, r->raw.srv.addr, sizeof(a));
 	r->srv_idx = a[1];
 	fstat(srv_fd[0], &st);
 	r->srv_ring_len = (size_t)st.st_size;
@@ -152,7 +152,7 @@ int raw_ipc_connect(struct raw_peer *r, const char *addr, struct wimm_ctx *ctx,
 /* One entry in our ring, whatever it names: the server is the one that
  * checks. Payloads over the inline bytes go to the data area, at doff
  * (UINT64_MAX: a quarter of the area of our choosing). */
-static int raw_ipc_entry(struct raw_peer *r, enum ipc_op op, uint64_t addr, uint64_t key,
+static int raw_ipc_entry(struct hostile_peer *r, enum ipc_op op, uint64_t addr, uint64_t key,
 			 size_t len, uint32_t imm, uint64_t doff)
 {
 	if (r->prod - __atomic_load_n(&r->ring->cons, __ATOMIC_ACQUIRE) >= RAW_IPC_ENTRIES ||
@@ -167,20 +167,20 @@ static int raw_ipc_entry(struct raw_peer *r, enum ipc_op op, uint64_t addr, uint
 				.rkey = key};
 	uint8_t *data = (uint8_t *)(ipc_entries(r->ring) + RAW_IPC_ENTRIES);
 	if (len <= IPC_INLINE) {
-		memcpy(e->u.inl, r->src, len);
+		memcpy(e->u.inl, r->raw.src, len);
 	} else {
 		e->u.doff = doff != UINT64_MAX ? doff : (r->prod % 4) * (RAW_IPC_DATA / 4);
 		if (e->u.doff + len <= RAW_IPC_DATA)
-			memcpy(data + e->u.doff, r->src, len);
+			memcpy(data + e->u.doff, r->raw.src, len);
 	}
 	r->prod++;
 	__atomic_store_n(&e->seq, (uint32_t)r->prod, __ATOMIC_RELEASE);
 	ipc_notify(r->srv_page, &r->ring->watch, r->srv_efd, r->srv_idx);
-	r->posted++;
+	r->raw.posted++;
 	return 0;
 }
 
-int raw_ipc_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
+int raw_ipc_write(struct hostile_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
 		  uint32_t imm)
 {
 	return raw_ipc_entry(r, doorbell ? IPC_OP_WRITE_IMM : IPC_OP_WRITE, addr, key, len, imm,
@@ -189,19 +189,19 @@ int raw_ipc_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, i
 
 /* What the server consumed (and refused), and the server's own entries
  * taken unread so its ring never fills. */
-void raw_ipc_progress(struct raw_peer *r)
+void raw_ipc_progress(struct hostile_peer *r)
 {
 	uint64_t cons = __atomic_load_n(&r->ring->cons, __ATOMIC_ACQUIRE);
 
 	if (cons > r->prod)
 		cons = r->prod;
-	while ((uint64_t)(r->done + r->failed) < cons) {
-		const struct ipc_entry *e =
-		    &ipc_entries(r->ring)[(uint64_t)(r->done + r->failed) % RAW_IPC_ENTRIES];
+	while ((uint64_t)(r->raw.done + r->raw.failed) < cons) {
+		const struct ipc_entry *e = &ipc_entries(
+		    r->ring)[(uint64_t)(r->raw.done + r->raw.failed) % RAW_IPC_ENTRIES];
 		if (__atomic_load_n(&e->status, __ATOMIC_RELAXED))
-			r->failed++;
+			r->raw.failed++;
 		else
-			r->done++;
+			r->raw.done++;
 	}
 	if (!r->srv_ring)
 		return;
@@ -212,7 +212,7 @@ void raw_ipc_progress(struct raw_peer *r)
 	__atomic_store_n(&r->srv_ring->cons, sc, __ATOMIC_RELEASE);
 }
 
-void raw_ipc_close(struct raw_peer *r)
+void raw_ipc_close(struct hostile_peer *r)
 {
 	if (r->ipc_sock >= 0)
 		close(r->ipc_sock); /* the server learns of it from this */
@@ -234,7 +234,7 @@ void raw_ipc_close(struct raw_peer *r)
 /* ---------------------------------------------------- ipc's own surfaces */
 
 /* The raw ipc peer connected to an arena, or 1 (skipped) off ipc. */
-static int ipc_open(const char *uri, struct arena *a, struct raw_peer *r, struct wimm_conn **hc)
+static int ipc_open(const char *uri, struct arena *a, struct hostile_peer *r, struct wimm_conn **hc)
 {
 	int kind;
 
@@ -252,23 +252,24 @@ static void ipc_ring_case(const char *uri, int i)
 {
 	const char *what = ipc_ring_cases[i];
 	struct arena a;
-	struct raw_peer r = {0};
+	struct hostile_peer r = {0};
 	struct wimm_conn *hc = NULL;
 
 	if (ipc_open(uri, &a, &r, &hc))
 		goto out;
 	struct seen s = {.conn = hc};
-	memset(r.src, 0xEE, RAW_SRC);
+	memset(r.raw.src, 0xEE, RAW_SRC);
 	if (i == 0)
-		raw_ipc_entry(&r, IPC_OP_WRITE_IMM, r.srv.window_addr, r.srv.window_key, 100, 1,
-			      RAW_IPC_DATA - 16);
+		raw_ipc_entry(&r, IPC_OP_WRITE_IMM, r.raw.srv.window_addr, r.raw.srv.window_key,
+			      100, 1, RAW_IPC_DATA - 16);
 	if (i == 1)
-		raw_ipc_entry(&r, (enum ipc_op)77, r.srv.window_addr, r.srv.window_key, 8, 1, 0);
+		raw_ipc_entry(&r, (enum ipc_op)77, r.raw.srv.window_addr, r.raw.srv.window_key, 8,
+			      1, 0);
 	if (i == 2) {
 		/* Claim to have consumed far more than the server sent, then
 		 * make it look at the connection. */
 		__atomic_store_n(&r.srv_ring->cons, 1u << 20, __ATOMIC_RELEASE);
-		raw_ipc_write(&r, r.srv.window_addr, r.srv.window_key, 8, 1, 2);
+		raw_ipc_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 8, 1, 2);
 	}
 	for (int k = 0; k < 30 && !s.down; k++)
 		pump_both(a.p.sctx, &r, &s, 1, 100);
@@ -305,7 +306,7 @@ void t_hostile_ipc_ring(const char *uri)
 void t_hostile_ipc_fds(const char *uri)
 {
 	struct arena a;
-	struct raw_peer good = {0};
+	struct hostile_peer good = {0};
 	struct wimm_conn *hc = NULL;
 	int open = ipc_open(uri, &a, &good, &hc);
 
@@ -337,7 +338,7 @@ void t_hostile_ipc_fds(const char *uri)
 		uint8_t hs[WIMM_HS_MAX_LEN];
 		struct wimm_handshake mine = {.version = WIMM_HS_VERSION, .rx_depth = 64};
 		uint32_t addr[2] = {IPC_ADDR_MAGIC, 0};
-		mine.credit_addr = (uint64_t)(uintptr_t)good.ctl;
+		mine.credit_addr = (uint64_t)(uintptr_t)good.raw.ctl;
 		mine.credit_key = 1;
 		mine.addr_len = sizeof(addr);
 		memcpy(mine.addr, addr, sizeof(addr));
