@@ -232,6 +232,10 @@ int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena
 {
 	const char *why;
 
+	/* Zeroed first: hostile_close undoes whatever was reached. */
+	memset(a, 0, sizeof(*a));
+	memset(r, 0, sizeof(*r));
+	*hc = NULL;
 	*kind = raw_kind(uri, &why);
 	if (!*kind) {
 		conf_skip("%s", why);
@@ -251,13 +255,11 @@ int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena
 static void t_hostile_outside_window(const char *uri)
 {
 	struct arena a;
-	struct hostile_peer r = {0};
-	struct wimm_conn *hc = NULL;
-	int kind, open = hostile_open(uri, 64, 1, &a, &r, &hc, &kind);
+	struct hostile_peer r;
+	struct wimm_conn *hc;
+	int kind;
 
-	if (open > 0)
-		return;
-	if (open < 0)
+	if (hostile_open(uri, 64, 1, &a, &r, &hc, &kind))
 		goto out;
 	CHECK(hc != NULL);
 	CHECK_EQ(r.raw.srv.window_len, HALF);
@@ -283,21 +285,17 @@ static void t_hostile_outside_window(const char *uri)
 	CHECKF(s.doorbells == 0, "a doorbell outside the window reached the application");
 	CHECK(honest_ok(&a));
 out:
-	wimm_conn_delete(&hc);
-	raw_close(&r);
-	pair_close(&a.p);
+	hostile_close(&hc, &r, &a);
 }
 
 static void t_hostile_old_key(const char *uri)
 {
 	struct arena a;
-	struct hostile_peer r = {0};
-	struct wimm_conn *hc = NULL;
-	int kind, open = hostile_open(uri, 64, 1, &a, &r, &hc, &kind);
+	struct hostile_peer r;
+	struct wimm_conn *hc;
+	int kind;
 
-	if (open > 0)
-		return;
-	if (open < 0)
+	if (hostile_open(uri, 64, 1, &a, &r, &hc, &kind))
 		goto out;
 	struct wimm_handshake first = r.raw.srv;
 	struct seen s = {.conn = hc};
@@ -327,22 +325,18 @@ static void t_hostile_old_key(const char *uri)
 	CHECK(canary_damage(&a) == 0);
 	CHECK(honest_ok(&a));
 out:
-	wimm_conn_delete(&hc);
-	raw_close(&r);
-	pair_close(&a.p);
+	hostile_close(&hc, &r, &a);
 }
 
 static void t_hostile_overdraft(const char *uri)
 {
 	enum { DEPTH = 16, SENT = 160 };
 	struct arena a;
-	struct hostile_peer r = {0};
-	struct wimm_conn *hc = NULL;
-	int kind, open = hostile_open(uri, DEPTH, 0, &a, &r, &hc, &kind);
+	struct hostile_peer r;
+	struct wimm_conn *hc;
+	int kind;
 
-	if (open > 0)
-		return;
-	if (open < 0)
+	if (hostile_open(uri, DEPTH, 0, &a, &r, &hc, &kind))
 		goto out;
 	CHECK_EQ(r.raw.srv.rx_depth, DEPTH);
 	struct seen s = {.conn = hc};
@@ -375,9 +369,7 @@ static void t_hostile_overdraft(const char *uri)
 		CHECK_EQ(st.dropped_overdraft, 1);
 	CHECK(honest_ok(&a));
 out:
-	wimm_conn_delete(&hc);
-	raw_close(&r);
-	pair_close(&a.p);
+	hostile_close(&hc, &r, &a);
 }
 
 const struct conf_test conf_tests_hostile[] = {

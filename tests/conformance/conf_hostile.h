@@ -61,7 +61,8 @@ int raw_alloc(struct hostile_peer *r, int kind);
 int raw_reply(struct hostile_peer *r, const uint8_t *b, size_t n);
 void raw_close(struct hostile_peer *r);
 /* The arena, a raw peer of the fabric's kind, connected: 0, or 1 when the
- * test does not apply here (skipped), or -1 (a failure is recorded). */
+ * test does not apply here (skipped), or -1 (a failure is recorded); in
+ * every case hostile_close then undoes what it reached. */
 int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena *a,
 		 struct hostile_peer *r, struct wimm_conn **hc, int *kind);
 void hostile_close(struct wimm_conn **hc, struct hostile_peer *r, struct arena *a);

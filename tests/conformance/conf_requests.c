@@ -214,17 +214,72 @@ static void client_stop(struct client *k)
 	k->pid = 0;
 }
 
-static void client_free(struct client *k)
-{
-	(void)k; /* the process is gone with its context */
-}
-
 static int open_server(const char *uri, const struct wimm_ctx_attr *attr, struct wimm_ctx **ctx)
 {
 	int rc = wimm_ctx_open(uri, attr, ctx);
 
 	if (rc)
 		conf_fail(__FILE__, __LINE__, "wimm_ctx_open(%s): %s", uri, wimm_err_name(rc));
+	return rc;
+}
+
+/* A client of default parameters for addr; the test sets the rest. */
+static void client_init(struct client *k, const char *uri, const char *addr)
+{
+	memset(k, 0, sizeof(*k));
+	k->uri = uri;
+	k->addr = addr;
+}
+
+/* A server listening with sattr, and one client (o->k) to start on it;
+ * server_one_close undoes whatever was reached. */
+struct server_one {
+	struct wimm_ctx *ctx;
+	struct wimm_listener *l;
+	struct wimm_conn *s;
+	struct client k;
+	char addr[300];
+};
+
+static int server_one_open(struct server_one *o, const char *uri,
+			   const struct wimm_conn_attr *sattr)
+{
+	memset(o, 0, sizeof(*o));
+	if (open_server(uri, NULL, &o->ctx) ||
+	    conf_listen(o->ctx, sattr, &o->l, o->addr, sizeof(o->addr)))
+		return -1;
+	client_init(&o->k, uri, o->addr);
+	return 0;
+}
+
+static void server_one_close(struct server_one *o)
+{
+	client_stop(&o->k); /* nothing when it was not started or is stopped */
+	wimm_conn_delete(&o->s);
+	wimm_listener_delete(&o->l);
+	wimm_ctx_close(&o->ctx);
+}
+
+/* A client (liveness bound liveness_ms) connects to addr, and its request
+ * is rejected with `why`, or with why 0 left undecided while *l goes: 0 or
+ * the listener's error; what the connector was told in *told. */
+static int client_refused(const char *uri, const char *addr, struct wimm_listener **l,
+			  uint32_t liveness_ms, int why, int *told)
+{
+	struct wimm_request *r = NULL;
+	struct client k;
+
+	client_init(&k, uri, addr);
+	k.liveness_ms = liveness_ms;
+	if (client_start(&k))
+		return WIMM_E_PROVIDER;
+	int rc = wimm_listener_request(*l, CONNECT_TIMEOUT_MS, &r);
+	if (rc == 0 && why)
+		rc = wimm_request_reject(&r, why);
+	if (!why)
+		wimm_listener_delete(l);
+	client_stop(&k);
+	*told = k.rc;
 	return rc;
 }
 
@@ -271,8 +326,7 @@ static void t_request_private_window(const char *uri)
 	size_t plen = lim.private_max < 8 ? lim.private_max : 8;
 	conf_diag("private_max %u on %s", lim.private_max, uri);
 	for (int i = 0; i < 2; i++) {
-		k[i].uri = uri;
-		k[i].addr = addr;
+		client_init(&k[i], uri, addr);
 		k[i].priv = names[i];
 		k[i].priv_len = (uint32_t)plen;
 		k[i].half = half;
@@ -335,8 +389,6 @@ out:
 				  wimm_err_name(k[i].check_rc));
 	wimm_conn_delete(&sc[0]);
 	wimm_conn_delete(&sc[1]);
-	for (int i = 0; i < started; i++)
-		client_free(&k[i]);
 	wimm_listener_delete(&l);
 	wimm_mr_dereg(&mr);
 	free(region);
@@ -353,83 +405,45 @@ static void t_request_reject_reason(const char *uri)
 	    {WIMM_E_AGAIN, WIMM_E_AGAIN},
 	    {12345, WIMM_E_REFUSED}, /* no WIMM_E_* code */
 	};
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_listener *l = NULL;
-	struct wimm_request *r = NULL;
-	char addr[300];
+	struct server_one o;
+	int told;
 
-	if (open_server(uri, NULL, &ctx))
-		goto out;
-	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
+	if (server_one_open(&o, uri, NULL))
 		goto out;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct client k;
-		memset(&k, 0, sizeof(k));
-		k.uri = uri;
-		k.addr = addr;
-		if (client_start(&k))
-			goto out;
-		int rc = wimm_listener_request(l, CONNECT_TIMEOUT_MS, &r);
-		if (rc == 0)
-			rc = wimm_request_reject(&r, cases[i].given);
-		client_stop(&k);
-		client_free(&k);
-		CHECK_OK(rc);
-		CHECKF(k.rc == cases[i].seen, "rejected with %d: connector got %s, expected %s",
-		       cases[i].given, wimm_err_name(k.rc), wimm_err_name(cases[i].seen));
+		CHECK_OK(client_refused(uri, o.addr, &o.l, 0, cases[i].given, &told));
+		CHECKF(told == cases[i].seen, "rejected with %d: connector got %s, expected %s",
+		       cases[i].given, wimm_err_name(told), wimm_err_name(cases[i].seen));
 	}
 	/* A request still undecided when the listener goes is refused. */
-	{
-		struct client k;
-		memset(&k, 0, sizeof(k));
-		k.uri = uri;
-		k.addr = addr;
-		if (client_start(&k))
-			goto out;
-		int rc = wimm_listener_request(l, CONNECT_TIMEOUT_MS, &r);
-		wimm_listener_delete(&l);
-		client_stop(&k);
-		client_free(&k);
-		CHECK_OK(rc);
-		CHECK_RC(k.rc, WIMM_E_REFUSED);
-	}
+	CHECK_OK(client_refused(uri, o.addr, &o.l, 0, 0, &told));
+	CHECK_RC(told, WIMM_E_REFUSED);
 	struct wimm_ctx_stats st;
-	CHECK_OK(wimm_ctx_stats(ctx, &st));
+	CHECK_OK(wimm_ctx_stats(o.ctx, &st));
 	CHECK_EQ(st.rejected, 4);
 	CHECK_EQ(st.accepted, 0);
 out:
-	wimm_listener_delete(&l);
-	wimm_ctx_close(&ctx);
+	server_one_close(&o);
 }
 
 /* wimm_accept(l, 0) never blocks; a connection returned before it is up
  * is announced by WIMM_EV_ESTABLISHED, and posts on it work after. */
 static void t_accept_nonblocking(const char *uri)
 {
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_listener *l = NULL;
-	struct wimm_conn *s = NULL;
-	struct client k;
-	char addr[300];
-	int started = 0, calls = 0;
+	struct server_one o;
+	int calls = 0;
 	int64_t slowest = 0;
 
-	memset(&k, 0, sizeof(k));
-	if (open_server(uri, NULL, &ctx))
+	if (server_one_open(&o, uri, NULL))
 		goto out;
-	if (conf_listen(ctx, NULL, &l, addr, sizeof(addr)))
+	o.k.rx_depth = 8;
+	if (client_start(&o.k))
 		goto out;
-	k.uri = uri;
-	k.addr = addr;
-	k.rx_depth = 8;
-	if (client_start(&k))
-		goto out;
-	started = 1;
 	int64_t deadline = conf_now_ms() + CONNECT_TIMEOUT_MS;
 	int rc = WIMM_E_AGAIN;
 	while (rc == WIMM_E_AGAIN && conf_now_ms() < deadline) {
 		int64_t t0 = conf_now_ms();
-		rc = wimm_accept(l, 0, &s);
+		rc = wimm_accept(o.l, 0, &o.s);
 		if (conf_now_ms() - t0 > slowest)
 			slowest = conf_now_ms() - t0;
 		calls++;
@@ -440,60 +454,45 @@ static void t_accept_nonblocking(const char *uri)
 	conf_diag("%d accept(0) calls, the slowest %lld ms", calls, (long long)slowest);
 	CHECKF(slowest < 100, "wimm_accept(l, 0) blocked %lld ms", (long long)slowest);
 	struct wimm_conn_info ci;
-	CHECK_OK(wimm_conn_info(s, &ci));
+	CHECK_OK(wimm_conn_info(o.s, &ci));
 	if (!ci.connected) {
 		CHECK(ci.establishing);
 		struct wimm_event ev;
-		CHECK_EQ(wait_event(ctx, NULL, WIMM_EV_ESTABLISHED, s, &ev, 5000, NULL), 1);
-		CHECK_OK(wimm_conn_info(s, &ci));
+		CHECK_EQ(wait_event(o.ctx, NULL, WIMM_EV_ESTABLISHED, o.s, &ev, 5000, NULL), 1);
+		CHECK_OK(wimm_conn_info(o.s, &ci));
 		CHECK(ci.connected);
 	} else {
 		conf_diag("the connection was up when accept returned");
 	}
 	/* The server's own doorbell reaches the client. */
-	CHECK_OK(wimm_write_imm(s, NULL, 0, 0, 0, 77, WIMM_F_WAIT));
-	for (int i = 0; i < 2000 && !client_connected(&k); i++)
+	CHECK_OK(wimm_write_imm(o.s, NULL, 0, 0, 0, 77, WIMM_F_WAIT));
+	for (int i = 0; i < 2000 && !client_connected(&o.k); i++)
 		conf_sleep_us(1000);
-	CHECK(client_connected(&k));
+	CHECK(client_connected(&o.k));
 out:
-	if (started)
-		client_stop(&k);
-	wimm_conn_delete(&s);
-	client_free(&k);
-	wimm_listener_delete(&l);
-	wimm_ctx_close(&ctx);
+	server_one_close(&o);
 }
 
 /* wimm_conn_close lets what was posted complete: the peer gets all of it,
  * then the disconnect. */
 static void t_graceful_close(const char *uri)
 {
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_listener *l = NULL;
-	struct wimm_conn *s = NULL;
 	struct wimm_conn_attr sattr = {.rx_depth = 128};
-	struct client k;
-	char addr[300];
-	int started = 0, got = 0, n = 100;
+	struct server_one o;
+	int got = 0, n = 100;
 
-	memset(&k, 0, sizeof(k));
-	if (open_server(uri, NULL, &ctx))
+	if (server_one_open(&o, uri, &sattr))
 		goto out;
-	if (conf_listen(ctx, &sattr, &l, addr, sizeof(addr)))
+	o.k.count = n;
+	o.k.close_graceful = 1;
+	if (client_start(&o.k))
 		goto out;
-	k.uri = uri;
-	k.addr = addr;
-	k.count = n;
-	k.close_graceful = 1;
-	if (client_start(&k))
-		goto out;
-	started = 1;
-	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
+	CHECK_OK(wimm_accept(o.l, CONNECT_TIMEOUT_MS, &o.s));
 	struct wimm_event ev;
 	int64_t deadline = conf_now_ms() + 10000;
 	int down = 0;
 	while (!down && conf_now_ms() < deadline) {
-		if (next_event(ctx, NULL, &ev, 100) != 1)
+		if (next_event(o.ctx, NULL, &ev, 100) != 1)
 			continue;
 		if (ev.type == WIMM_EV_WRITE_IMM) {
 			CHECKF(ev.imm == (uint32_t)got, "doorbell %u, expected %d", ev.imm, got);
@@ -502,19 +501,13 @@ static void t_graceful_close(const char *uri)
 		if (ev.type == WIMM_EV_DISCONNECT)
 			down = 1;
 	}
-	client_stop(&k);
-	started = 0;
-	CHECK_OK(k.post_rc);
-	CHECK_OK(k.close_rc);
+	client_stop(&o.k);
+	CHECK_OK(o.k.post_rc);
+	CHECK_OK(o.k.close_rc);
 	CHECK_EQ(got, n);
 	CHECK(down);
 out:
-	if (started)
-		client_stop(&k);
-	wimm_conn_delete(&s);
-	client_free(&k);
-	wimm_listener_delete(&l);
-	wimm_ctx_close(&ctx);
+	server_one_close(&o);
 }
 
 /* Signaled operations of a connection that goes down each complete,
@@ -636,25 +629,15 @@ static void t_stats_heartbeats_log(const char *uri)
 	/* A refused connect: the listener's log says so. */
 	slog[0] = '\0';
 	{
-		struct client k;
-		struct wimm_request *r = NULL;
 		char addr[300];
 		struct wimm_listener *l2 = NULL;
-		memset(&k, 0, sizeof(k));
+		int told;
 		if (conf_listen(p.sctx, NULL, &l2, addr, sizeof(addr)))
 			goto out;
-		k.uri = uri;
-		k.addr = addr;
-		k.liveness_ms = ca.liveness_ms;
-		CHECK(client_start(&k) == 0);
-		int rc = wimm_listener_request(l2, CONNECT_TIMEOUT_MS, &r);
-		if (rc == 0)
-			rc = wimm_request_reject(&r, WIMM_E_PERM);
-		client_stop(&k);
-		client_free(&k);
+		int rc = client_refused(uri, addr, &l2, ca.liveness_ms, WIMM_E_PERM, &told);
 		wimm_listener_delete(&l2);
 		CHECK_OK(rc);
-		CHECK_RC(k.rc, WIMM_E_PERM);
+		CHECK_RC(told, WIMM_E_PERM);
 		CHECKF(strstr(slog, "rejected") != NULL, "server log: '%s'", slog);
 	}
 out:
@@ -687,9 +670,7 @@ static void t_arm_returns_credit(const char *uri)
 		struct client a;
 		struct wimm_event ev[16];
 		int got = 0, sleeps = 0, down = 0;
-		memset(&a, 0, sizeof(a));
-		a.uri = uri;
-		a.addr = addr;
+		client_init(&a, uri, addr);
 		a.count = 2000;
 		a.close_graceful = 1;
 		CHECK(client_start(&a) == 0);
@@ -776,9 +757,7 @@ static void t_cq_grows(const char *uri)
 	CHECK_OK(wimm_ctx_open(uri, &small, &bctx));
 	CHECK(conf_listen(bctx, NULL, &bl, addr, sizeof(addr)) == 0);
 	for (int i = 0; i < 3; i++) {
-		memset(&k[i], 0, sizeof(k[i]));
-		k[i].uri = uri;
-		k[i].addr = addr;
+		client_init(&k[i], uri, addr);
 		CHECK(client_start(&k[i]) == 0);
 		started++;
 		int rc = wimm_accept(bl, CONNECT_TIMEOUT_MS, &bc[i]);
@@ -793,11 +772,8 @@ static void t_cq_grows(const char *uri)
 out:
 	for (int i = 0; i < 3; i++)
 		wimm_conn_delete(&bc[i]);
-	for (int i = 0; i < started; i++) {
-		if (i < 2)
-			client_stop(&k[i]);
-		client_free(&k[i]);
-	}
+	for (int i = 0; i < started; i++)
+		client_stop(&k[i]);
 	for (int i = 0; i < made; i++) {
 		wimm_conn_delete(&c[i]);
 		wimm_conn_delete(&s[i]);

@@ -2,6 +2,7 @@
  * random moments with pauses; the receiver sleeps in WIMM_WAIT_BLOCK /
  * ADAPTIVE, or in poll(2)/epoll on wimm_ctx_fd. A lost wake-up shows as an
  * event that sat undelivered across a sender pause, i.e. a large latency. */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -168,6 +169,49 @@ static int finish(struct pacer *pc, pthread_t th, struct rx_stats *st, const cha
 	return 0;
 }
 
+/* One wait of the receiver's own kind (k counts them), its events into ev:
+ * how many, or -1 with a failure recorded. */
+typedef int (*wait_step)(struct pair *p, unsigned k, struct wimm_event *ev, void *arg);
+
+/* The pacer's doorbells against the receiver's waits until all are in (60 s
+ * at most), every batch checked: 0, or -1 with a failure recorded. */
+static int receive_paced(struct pair *p, uint32_t total, wait_step step, void *arg,
+			 const char *what)
+{
+	struct rx_stats st = {0};
+	struct wimm_event ev[16];
+	struct pacer pc;
+	pthread_t th;
+	int ret = 0;
+
+	if (start_pacer(p, &pc, &th, total))
+		return -1;
+	int64_t deadline = conf_now_ms() + 60000;
+
+	for (unsigned k = 0; st.got < total && conf_now_ms() < deadline; k++) {
+		int n = step(p, k, ev, arg);
+
+		if (n < 0 || take_events(&pc, &st, ev, n)) {
+			ret = -1;
+			break;
+		}
+		if (n == 0)
+			st.zero_waits++;
+	}
+	return finish(&pc, th, &st, what) ? -1 : ret;
+}
+
+static int wait_alternating(struct pair *p, unsigned k, struct wimm_event *ev, void *arg)
+{
+	enum wimm_wait_mode mode = (k & 1) ? WIMM_WAIT_BLOCK : WIMM_WAIT_ADAPTIVE;
+	int n = wimm_wait(p->sctx, ev, 16, mode, 1000);
+
+	(void)arg;
+	if (n < 0)
+		conf_fail(__FILE__, __LINE__, "wimm_wait: %s", wimm_err_name(n));
+	return n < 0 ? -1 : n;
+}
+
 /* wimm_wait, alternating BLOCK and ADAPTIVE, each with a timeout far
  * longer than the latency limit, so a wait that slept through an event
  * shows up as that event's latency. */
@@ -175,34 +219,14 @@ static void t_wait_modes(const char *uri)
 {
 	const uint32_t total = conf_quick() ? 500 : 2000;
 	struct wimm_conn_attr sattr = {0}, cattr = {0};
-	struct rx_stats st = {0};
 	struct wimm_event ev[16];
-	struct pacer pc;
-	int started = 0;
-	pthread_t th;
 	struct pair p;
 
 	if (pair_open(&p, uri))
 		goto out;
 	if (pair_connect(&p, &sattr, &cattr))
 		goto out;
-	if (start_pacer(&p, &pc, &th, total))
-		goto out;
-	started = 1;
-	int64_t deadline = conf_now_ms() + 60000;
-
-	for (unsigned k = 0; st.got < total && conf_now_ms() < deadline; k++) {
-		enum wimm_wait_mode mode = (k & 1) ? WIMM_WAIT_BLOCK : WIMM_WAIT_ADAPTIVE;
-		int n = wimm_wait(p.sctx, ev, 16, mode, 1000);
-
-		CHECKF(n >= 0, "wimm_wait: %s", wimm_err_name(n));
-		if (n == 0)
-			st.zero_waits++;
-		if (take_events(&pc, &st, ev, n))
-			goto out;
-	}
-	started = 0;
-	if (finish(&pc, th, &st, "wait modes"))
+	if (receive_paced(&p, total, wait_alternating, NULL, "wait modes"))
 		goto out;
 	/* A short wait on an idle context times out and returns 0. */
 	int64_t t0 = conf_now_ms();
@@ -212,9 +236,40 @@ static void t_wait_modes(const char *uri)
 	CHECK_EQ(wimm_wait(p.sctx, ev, 16, WIMM_WAIT_SPIN, 10), 0);
 	CHECK_EQ(wimm_wait(p.sctx, ev, 16, WIMM_WAIT_ADAPTIVE, 0), 0);
 out:
-	if (started)
-		finish(&pc, th, &st, "wait modes");
 	pair_close(&p);
+}
+
+/* The context's fd, and an epoll set holding it. */
+struct fd_waiter {
+	int fd, epfd;
+};
+
+/* Arm, sleep in poll(2) (odd k) or epoll (even k) on the fd, then poll. */
+static int wait_on_fd(struct pair *p, unsigned k, struct wimm_event *ev, void *arg)
+{
+	const struct fd_waiter *w = arg;
+	int rc = wimm_ctx_arm(p->sctx);
+
+	if (rc != 0 && rc != WIMM_E_AGAIN) {
+		conf_fail(__FILE__, __LINE__, "wimm_ctx_arm: %s", wimm_err_name(rc));
+		return -1;
+	}
+	if (rc == 0) {
+		struct pollfd pfd = {.fd = w->fd, .events = POLLIN};
+		struct epoll_event out_ev;
+		int slept = (k & 1) ? poll(&pfd, 1, 1000) : epoll_wait(w->epfd, &out_ev, 1, 1000);
+
+		if (slept < 0) {
+			conf_fail(__FILE__, __LINE__, "%s: %s", (k & 1) ? "poll" : "epoll_wait",
+				  strerror(errno));
+			return -1;
+		}
+	}
+	int n = wimm_poll(p->sctx, ev, 16);
+
+	if (n < 0)
+		conf_fail(__FILE__, __LINE__, "wimm_poll: %s", wimm_err_name(n));
+	return n < 0 ? -1 : n;
 }
 
 /* The application's own loop: arm, sleep in poll(2) or epoll on the fd,
@@ -223,61 +278,26 @@ static void t_wait_fd(const char *uri)
 {
 	const uint32_t total = conf_quick() ? 300 : 1000;
 	struct wimm_conn_attr sattr = {0}, cattr = {0};
-	struct rx_stats st = {0};
-	struct wimm_event ev[16];
-	int fd = -1, epfd = -1, started = 0;
-	struct pacer pc;
-	pthread_t th;
+	struct fd_waiter w = {-1, -1};
 	struct pair p;
 
 	if (pair_open(&p, uri))
 		goto out;
 	if (pair_connect(&p, &sattr, &cattr))
 		goto out;
-	CHECK_OK(wimm_ctx_fd(p.sctx, &fd));
-	CHECK(fd >= 0);
+	CHECK_OK(wimm_ctx_fd(p.sctx, &w.fd));
+	CHECK(w.fd >= 0);
+	int fd;
 	CHECK_RC(wimm_ctx_fd(NULL, &fd), WIMM_E_INVAL);
-	epfd = epoll_create1(0);
-	CHECK(epfd >= 0);
+	w.epfd = epoll_create1(0);
+	CHECK(w.epfd >= 0);
 	struct epoll_event eev = {.events = EPOLLIN};
 
-	CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &eev) == 0);
-	if (start_pacer(&p, &pc, &th, total))
-		goto out;
-	started = 1;
-	int64_t deadline = conf_now_ms() + 60000;
-
-	for (unsigned k = 0; st.got < total && conf_now_ms() < deadline; k++) {
-		int rc = wimm_ctx_arm(p.sctx);
-
-		CHECKF(rc == 0 || rc == WIMM_E_AGAIN, "wimm_ctx_arm: %s", wimm_err_name(rc));
-		if (rc == 0) {
-			if (k & 1) {
-				struct pollfd pfd = {.fd = fd, .events = POLLIN};
-
-				CHECK(poll(&pfd, 1, 1000) >= 0);
-			} else {
-				struct epoll_event out_ev;
-
-				CHECK(epoll_wait(epfd, &out_ev, 1, 1000) >= 0);
-			}
-		}
-		int n = wimm_poll(p.sctx, ev, 16);
-
-		CHECKF(n >= 0, "wimm_poll: %s", wimm_err_name(n));
-		if (n == 0)
-			st.zero_waits++;
-		if (take_events(&pc, &st, ev, n))
-			goto out;
-	}
-	started = 0;
-	if (finish(&pc, th, &st, "fd wait"))
-		goto out;
+	CHECK(epoll_ctl(w.epfd, EPOLL_CTL_ADD, w.fd, &eev) == 0);
+	receive_paced(&p, total, wait_on_fd, &w, "fd wait");
 out:
-	if (started)
-		finish(&pc, th, &st, "fd wait");
-	if (epfd >= 0)
-		close(epfd);
+	if (w.epfd >= 0)
+		close(w.epfd);
 	pair_close(&p);
 }
 
