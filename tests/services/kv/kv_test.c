@@ -42,13 +42,6 @@ _Noreturn void die(const char *fmt, ...)
 	exit(1);
 }
 
-int scale(void)
-{
-	const char *s = getenv("WIMM_TEST_TIMEOUT_SCALE");
-	int v = s ? atoi(s) : 1;
-	return v > 0 ? v : 1;
-}
-
 double now_s(void)
 {
 	struct timespec ts;
@@ -163,7 +156,7 @@ static void start_server(const char *fabric, const char *memory, const char *cli
 			 const char *lease)
 {
 	char line[64];
-	const char *host = getenv("WIMM_TEST_HOST") ? getenv("WIMM_TEST_HOST") : "127.0.0.1";
+	const char *host = test_host();
 	server =
 	    spawn("server", (char *const[]){"server", (char *)fabric, (char *)memory,
 					    (char *)clients, (char *)lease, srv_grant_ms, NULL});

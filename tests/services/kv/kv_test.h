@@ -4,10 +4,10 @@
 
 #include <wimm/kv.h>
 
+#include "svc_test.h"
+
 /* Print why (with the pid) and exit with status 1. */
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* WIMM_TEST_TIMEOUT_SCALE, at least 1. */
-int scale(void);
 double now_s(void);
 /* hostile FABRIC ADDR (kv_test_hostile.c). */
 int role_hostile(char **a);

@@ -24,6 +24,7 @@
 #include <rdma/fi_errno.h>
 
 #include "raw_tcp_peer.h"
+#include "svc_test.h"
 
 #define VICTIM_LEN 1000u
 #define ARENA ((size_t)1 << 20)
@@ -33,19 +34,10 @@ static int fails;
 #define CHECK(cond, ...)                                                                           \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
+			SVC_FAIL(__VA_ARGS__);                                                     \
 			fails++;                                                                   \
 		}                                                                                  \
 	} while (0)
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void victim_value(unsigned char *v)
 {

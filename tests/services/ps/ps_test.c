@@ -46,26 +46,6 @@ extern char **environ;
 
 /* ------------------------------------------------------------ utilities */
 
-int64_t now_ms(void)
-{
-	return ps_now_ms();
-}
-
-void sleep_ms(int ms)
-{
-	usleep((useconds_t)ms * 1000);
-}
-
-/* The shm provider's files of processes that are gone (a killed process
- * cannot remove them; left behind they make endpoints fail with EBUSY). */
-static void remove_stale_shm(void)
-{
-	char cmd[] = "for f in /dev/shm/[0-9]*:*; do p=${f#/dev/shm/}; p=${p%%:*}; "
-		     "[ -d /proc/$p ] || rm -f \"$f\"; done 2>/dev/null";
-	if (system(cmd) < 0)
-		fprintf(stderr, "note: could not clean /dev/shm\n");
-}
-
 void spawn(struct proc *p, const char *name, char *const argv[])
 {
 	posix_spawn_file_actions_t fa;
@@ -119,16 +99,6 @@ void stop_all(struct proc *p, int n)
 		}
 }
 
-/* What a process wrote to a file (at most len - 1 bytes). */
-void slurp(const char *path, char *buf, size_t len)
-{
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, len - 1, f) : 0;
-	buf[n] = '\0';
-	if (f)
-		fclose(f);
-}
-
 void show(const struct proc *p, const char *who)
 {
 	char buf[4096];
@@ -136,26 +106,11 @@ void show(const struct proc *p, const char *who)
 	fprintf(stderr, "--- %s (status %d) stderr:\n%s", who, p->status, buf);
 }
 
-/* Where the servers are reached: loopback, or the RDMA device's address
- * (WIMM_TEST_HOST, e.g. 192.0.2.1 in the Soft-RoCE guest). */
-const char *test_host(void)
-{
-	const char *h = getenv("WIMM_TEST_HOST");
-	return h && *h ? h : "127.0.0.1";
-}
-
 const char *test_listen_addr(void)
 {
 	static char addr[80];
 	snprintf(addr, sizeof(addr), "%s:0", test_host());
 	return addr;
-}
-
-int scale(void)
-{
-	const char *s = getenv("WIMM_TEST_TIMEOUT_SCALE");
-	int v = s ? atoi(s) : 1;
-	return v > 0 ? v : 1;
 }
 
 /* The statistics of the server at port, waiting for it to answer. */
@@ -373,6 +328,50 @@ static int wait_iteration(int port, uint64_t at_least, struct wimm_ps_stats *st)
 	return st->iteration_min >= at_least ? 0 : -1;
 }
 
+/* Wait until the server at port reports a stall waiting for exactly the
+ * workers of mask (st: its statistics then); 0, or -1 after 20 s. */
+static int wait_stall(int port, uint64_t mask, struct wimm_ps_stats *st)
+{
+	int64_t until = now_ms() + 20000 * scale();
+	do {
+		sleep_ms(50);
+		stats_of(port, st);
+	} while (!(st->stalls && st->waiting[0] == mask) && now_ms() < until);
+	return st->stalls && st->waiting[0] == mask ? 0 : -1;
+}
+
+/* Every worker but rank `skip` (-1: none) ended with status 0, the stderr
+ * of those that did not shown; the pushes they reported added to *sent
+ * (NULL: not counted). 0, or -1 with the failure said. */
+static int workers_ok(struct proc *w, int n, int skip, unsigned long long *sent)
+{
+	for (int r = 0; r < n; r++) {
+		if (r == skip)
+			continue;
+		if (w[r].status != 0)
+			show(&w[r], "worker");
+		CHECK(w[r].status == 0, "worker %d ended with status %d", r, w[r].status);
+		if (sent)
+			*sent += pushes_of(&w[r]);
+	}
+	return 0;
+}
+
+/* The end of a run against the checking server at port: the n workers
+ * waited for (up to ms), the server's statistics into st, the server told
+ * to stop, whatever still runs killed. How many workers had not ended. */
+static int end_checked_run(struct proc *srv, int port, struct proc *w, int n, int ms,
+			   struct wimm_ps_stats *st)
+{
+	int left = wait_all(w, n, ms);
+	stats_of(port, st);
+	kill(srv->pid, SIGTERM);
+	wait_all(srv, 1, 20000);
+	stop_all(w, n);
+	stop_all(srv, 1);
+	return left;
+}
+
 static int shape(const char *env, int dflt)
 {
 	const char *v = getenv(env);
@@ -396,19 +395,10 @@ static int t_sums(int backups)
 	snprintf(it, sizeof(it), "%d", iters);
 	int port = checking_server(&srv, &a);
 	workers_from(w, 0, nw, port, it, "3", backups == 0, "30000");
-	int left = wait_all(w, nw, 240000);
-	stats_of(port, &st);
-	kill(srv.pid, SIGTERM);
-	wait_all(&srv, 1, 20000);
-	stop_all(w, nw);
-	stop_all(&srv, 1);
+	int left = end_checked_run(&srv, port, w, nw, 240000, &st);
 	unsigned long long sent = 0;
-	for (int r = 0; r < nw; r++) {
-		if (w[r].status != 0)
-			show(&w[r], "worker");
-		CHECK(w[r].status == 0, "worker %d ended with status %d", r, w[r].status);
-		sent += pushes_of(&w[r]);
-	}
+	if (workers_ok(w, nw, -1, &sent))
+		return -1;
 	CHECK(left == 0, "%d workers still running", left);
 	if (srv.status != 0)
 		show(&srv, "server");
@@ -456,19 +446,10 @@ static int t_async(void)
 	struct wimm_ps_stats st;
 	int port = checking_server(&srv, &a);
 	workers_from(w, 0, 4, port, "300", "2", 0, "30000");
-	int left = wait_all(w, 4, 120000);
-	stats_of(port, &st);
-	kill(srv.pid, SIGTERM);
-	wait_all(&srv, 1, 20000);
-	stop_all(w, 4);
-	stop_all(&srv, 1);
+	int left = end_checked_run(&srv, port, w, 4, 120000, &st);
 	unsigned long long sent = 0;
-	for (int r = 0; r < 4; r++) {
-		if (w[r].status != 0)
-			show(&w[r], "worker");
-		CHECK(w[r].status == 0, "worker %d ended with status %d", r, w[r].status);
-		sent += pushes_of(&w[r]);
-	}
+	if (workers_ok(w, 4, -1, &sent))
+		return -1;
 	CHECK(left == 0, "%d workers still running", left);
 	if (srv.status != 0)
 		show(&srv, "server");
@@ -502,11 +483,8 @@ static int t_worker_kill(int backups)
 		stop_all(w, 4);
 		stop_all(&srv, 1);
 		CHECK(left == 0, "the workers did not finish with a backup");
-		for (int r = 0; r < 4; r++) {
-			if (r != 2 && w[r].status != 0)
-				show(&w[r], "worker");
-			CHECK(r == 2 || w[r].status == 0, "worker %d: status %d", r, w[r].status);
-		}
+		if (workers_ok(w, 4, 2, NULL))
+			return -1;
 		CHECK(st.iteration_min >= 400, "iteration %llu",
 		      (unsigned long long)st.iteration_min);
 		CHECK(st.workers_lost >= 1, "the dead worker was not reported");
@@ -514,10 +492,7 @@ static int t_worker_kill(int backups)
 		return 0;
 	}
 	/* No backup: the server says whom it waits for, the workers hear it. */
-	do {
-		sleep_ms(100);
-		stats_of(port, &st);
-	} while (!(st.stalls && st.waiting[0] == (1u << 2)) && now_ms() < killed + 20000 * scale());
+	wait_stall(port, 1u << 2, &st);
 	printf("stall reported after %lld ms: shard %llu iteration %llu waits for mask %llx\n",
 	       (long long)(now_ms() - killed), (unsigned long long)st.stalled_shard,
 	       (unsigned long long)st.stalled_iteration, (unsigned long long)st.waiting[0]);
@@ -582,11 +557,8 @@ static int t_split(void)
 	stop_all(w, 3);
 	stop_all(srv, 2);
 	CHECK(left == 0, "%d workers still running", left);
-	for (int r = 0; r < 3; r++) {
-		if (w[r].status != 0)
-			show(&w[r], "worker");
-		CHECK(w[r].status == 0, "worker %d: status %d", r, w[r].status);
-	}
+	if (workers_ok(w, 3, -1, NULL))
+		return -1;
 	for (int k = 0; k < 2; k++)
 		CHECK(st[k].first_shard == 8u * (unsigned)k && st[k].iteration_min >= 100 &&
 			  st[k].pushes == 3 * st[k].applied,
@@ -608,12 +580,7 @@ static int t_worker_rejoin(void)
 	CHECK(wait_iteration(port, 20, &st) == 0 && st.iteration_min < 200,
 	      "iteration %llu at the kill", (unsigned long long)st.iteration_min);
 	kill(w[1].pid, kill_sig);
-	int64_t until = now_ms() + 20000 * scale();
-	do {
-		sleep_ms(50);
-		stats_of(port, &st);
-	} while (!(st.stalls && st.waiting[0] == 2u) && now_ms() < until);
-	CHECK(st.stalls && st.waiting[0] == 2u, "no stall report naming worker 1");
+	CHECK(wait_stall(port, 1u << 1, &st) == 0, "no stall report naming worker 1");
 	wait_all(&w[1], 1, 10000);
 	workers_from(&w[3], 1, 1, port, "200", "5", 0, "15000");
 	int left = wait_all(w, 4, 120000);
@@ -621,11 +588,8 @@ static int t_worker_rejoin(void)
 	stop_all(w, 4);
 	stop_all(&srv, 1);
 	CHECK(left == 0, "%d workers still running", left);
-	for (int r = 0; r < 4; r++) {
-		if (r != 1 && w[r].status != 0)
-			show(&w[r], "worker");
-		CHECK(r == 1 || w[r].status == 0, "worker process %d: status %d", r, w[r].status);
-	}
+	if (workers_ok(w, 4, 1, NULL))
+		return -1;
 	CHECK(st.iteration_min >= 200 && st.workers_lost >= 1, "iteration %llu, lost %llu",
 	      (unsigned long long)st.iteration_min, (unsigned long long)st.workers_lost);
 	printf("worker 1 killed at iteration 20+, stalled, rejoined: all finished 200\n");

@@ -10,6 +10,7 @@
 
 #include "ps_cmd.h"
 #include "ps_internal.h"
+#include "svc_test.h"
 
 extern const char *wimm_bin, *fabric;
 /* Hellos in-band (a scenario named SCENARIO_inband). */
@@ -25,9 +26,7 @@ extern int inband_hello;
 #define CHECK(cond, ...)                                                                           \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
+			SVC_FAIL(__VA_ARGS__);                                                     \
 			return -1;                                                                 \
 		}                                                                                  \
 	} while (0)
@@ -41,13 +40,7 @@ struct proc {
 
 /* Start argv with stdout and stderr into files of the test's directory. */
 void spawn(struct proc *p, const char *name, char *const argv[]);
-int64_t now_ms(void);
-void sleep_ms(int ms);
-/* WIMM_TEST_TIMEOUT_SCALE (1 if unset). */
-int scale(void);
-/* The servers' host: 127.0.0.1, or WIMM_TEST_HOST (the RDMA device's
- * address in the Soft-RoCE guest); and "host:0" to listen on. */
-const char *test_host(void);
+/* "test_host():0", to listen on. */
 const char *test_listen_addr(void);
 /* The statistics of the server on 127.0.0.1:port, waiting for it. */
 void stats_of(int port, struct wimm_ps_stats *st);
@@ -61,7 +54,6 @@ void workers_from(struct proc *w, int first_rank, int n, int port, const char *i
 /* Wait up to ms (times the scale) for all n; how many still run. */
 int wait_all(struct proc *p, int n, int ms);
 void stop_all(struct proc *p, int n);
-void slurp(const char *path, char *buf, size_t len);
 void show(const struct proc *p, const char *who);
 
 int t_bad_input(void);
