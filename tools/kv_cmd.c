@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_util.h"
 #include "kv_cmd.h"
 
 static void kv_usage(FILE *f)
@@ -43,11 +44,7 @@ static void kv_usage(FILE *f)
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
 {
-	fputs("wimm kv: ", stderr);
-	fprintf(stderr, fmt, arg);
-	fputc('\n', stderr);
-	kv_usage(stderr);
-	exit(2);
+	cli_bad_usage("wimm kv", kv_usage, fmt, arg);
 }
 
 int kv_parse_size(const char *text, unsigned long long *out)
@@ -75,15 +72,9 @@ int kv_parse_size(const char *text, unsigned long long *out)
 
 void kv_host_addr(const char *host, char *out, size_t len)
 {
-	const char *colon = strrchr(host, ':');
-	int has_port =
-	    colon && (host[0] == '[' ? colon > strchr(host, ']') : strchr(host, ':') == colon);
-	if (has_port)
-		snprintf(out, len, "%s", host);
-	else if (strchr(host, ':'))
-		snprintf(out, len, "[%s]:%d", host, KV_DEFAULT_PORT);
-	else
-		snprintf(out, len, "%s:%d", host, KV_DEFAULT_PORT);
+	char port[8];
+	snprintf(port, sizeof(port), "%d", KV_DEFAULT_PORT);
+	cli_host_addr(host, port, out, len);
 }
 
 static volatile sig_atomic_t stop;

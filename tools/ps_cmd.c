@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli_util.h"
 #include "kv_cmd.h" /* kv_parse_size */
 #include "ps_cmd.h"
 
@@ -62,11 +63,7 @@ static void ps_usage(FILE *f)
 
 static _Noreturn void bad_usage(const char *fmt, const char *arg)
 {
-	fputs("wimm ps: ", stderr);
-	fprintf(stderr, fmt, arg);
-	fputc('\n', stderr);
-	ps_usage(stderr);
-	exit(2);
+	cli_bad_usage("wimm ps", ps_usage, fmt, arg);
 }
 
 /* A number within [lo, hi], else bad usage naming the flag. */
@@ -83,19 +80,10 @@ static uint32_t number(const char *flag, const char *val, unsigned long long lo,
 	return (uint32_t)v;
 }
 
-/* "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address, with
- * the default port when none is given. */
+/* HOST[:PORT] with the default port (or MASTER_PORT's) when none is given. */
 static void host_addr(const char *host, const char *port, char *out, size_t len)
 {
-	const char *bracket = strchr(host, ']'), *last = strrchr(host, ':');
-	int colons = 0;
-	for (const char *c = host; *c; c++)
-		colons += *c == ':';
-	if (bracket ? last > bracket : colons == 1)
-		snprintf(out, len, "%s", host);
-	else
-		snprintf(out, len, bracket || !colons ? "%s:%s" : "[%s]:%s", host,
-			 port ? port : "7490");
+	cli_host_addr(host, port ? port : "7490", out, len);
 }
 
 static volatile sig_atomic_t stop, crash_flag;

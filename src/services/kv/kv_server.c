@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kv_server.h"
+#include "svc_loop.h"
 
 void kv_log(struct wimm_kv_server *s, enum wimm_log_level lvl, const char *fmt, ...)
 {
@@ -220,68 +221,74 @@ static void send_hello(struct wimm_kv_server *s, struct kv_client *cl)
 	kv_send(s, cl, KV_IMM(KV_OP_HELLO, 0), m, 32);
 }
 
-static void take_requests(struct wimm_kv_server *s, struct wimm_listener *l, int is_read)
+/* Which listener a request came to: the control one, or the reads'. */
+struct kv_taker {
+	struct wimm_kv_server *s;
+	int is_read;
+};
+
+static void request_failed(void *arg, int rc)
 {
-	for (;;) {
-		struct wimm_request *r = NULL;
-		int rc = wimm_listener_request(l, 0, &r);
-		if (rc == WIMM_E_AGAIN || rc == WIMM_E_TIMEDOUT)
-			return;
-		if (rc < 0) {
-			kv_log(s, WIMM_LOG_WARN, "kv: a connection request failed: %s",
-			       wimm_strerror(rc));
-			continue;
-		}
-		uint32_t a = 0;
-		if (!is_read) {
-			while (a < s->narenas && s->arena[a].owner)
-				a++;
-			if (a == s->narenas) {
-				kv_log(s, WIMM_LOG_WARN,
-				       "kv: refused a client: all %u arenas taken", s->narenas);
-				wimm_request_reject(&r, WIMM_E_AGAIN);
-				continue;
-			}
-		}
-		struct kv_client *cl = calloc(1, sizeof(*cl));
-		if (!cl) {
-			wimm_request_reject(&r, WIMM_E_NOMEM);
-			continue;
-		}
-		cl->is_read = is_read;
-		cl->arena = a;
-		cl->id = ++s->next_id & 0xffffffu;
-		struct wimm_conn_attr attr = {.user = cl, .sq_depth = 128};
-		if (is_read) {
-			attr.window = s->mr_ro; /* the whole pool, read-only */
-			attr.rx_depth = 4;
-		} else {
-			attr.window = s->mr_rw; /* exactly this client's arena */
-			attr.window_off = (size_t)a * s->arena_len;
-			attr.window_len = s->arena_len;
-			attr.rx_depth = 16;
-			attr.recv_size = 16 + WIMM_KV_MAX_KEY + s->send_put_max;
-		}
-		rc = wimm_request_accept(&r, &attr, &cl->conn);
-		if (rc < 0) {
-			kv_log(s, WIMM_LOG_WARN, "kv: accept failed: %s", wimm_strerror(rc));
-			free(cl);
-			continue;
-		}
-		if (!is_read) {
-			s->arena[a].owner = cl;
-			s->stats.clients++;
-		}
-		cl->next = s->clients;
-		s->clients = cl;
-	}
+	struct kv_taker *t = arg;
+	kv_log(t->s, WIMM_LOG_WARN, "kv: a connection request failed: %s", wimm_strerror(rc));
 }
 
-static void handle(struct wimm_kv_server *s, const struct wimm_event *ev)
+static void take_request(void *arg, struct wimm_request *r)
 {
+	struct kv_taker *t = arg;
+	struct wimm_kv_server *s = t->s;
+	int is_read = t->is_read, rc;
+	uint32_t a = 0;
+	if (!is_read) {
+		while (a < s->narenas && s->arena[a].owner)
+			a++;
+		if (a == s->narenas) {
+			kv_log(s, WIMM_LOG_WARN, "kv: refused a client: all %u arenas taken",
+			       s->narenas);
+			wimm_request_reject(&r, WIMM_E_AGAIN);
+			return;
+		}
+	}
+	struct kv_client *cl = calloc(1, sizeof(*cl));
+	if (!cl) {
+		wimm_request_reject(&r, WIMM_E_NOMEM);
+		return;
+	}
+	cl->is_read = is_read;
+	cl->arena = a;
+	cl->id = ++s->next_id & 0xffffffu;
+	struct wimm_conn_attr attr = {.user = cl, .sq_depth = 128};
+	if (is_read) {
+		attr.window = s->mr_ro; /* the whole pool, read-only */
+		attr.rx_depth = 4;
+	} else {
+		attr.window = s->mr_rw; /* exactly this client's arena */
+		attr.window_off = (size_t)a * s->arena_len;
+		attr.window_len = s->arena_len;
+		attr.rx_depth = 16;
+		attr.recv_size = 16 + WIMM_KV_MAX_KEY + s->send_put_max;
+	}
+	rc = wimm_request_accept(&r, &attr, &cl->conn);
+	if (rc < 0) {
+		kv_log(s, WIMM_LOG_WARN, "kv: accept failed: %s", wimm_strerror(rc));
+		free(cl);
+		return;
+	}
+	if (!is_read) {
+		s->arena[a].owner = cl;
+		s->stats.clients++;
+	}
+	cl->next = s->clients;
+	s->clients = cl;
+}
+
+static void handle(void *arg, const struct wimm_event *ev)
+{
+	struct wimm_kv_server *s = arg;
 	struct kv_client *cl = ev->user;
 	if (ev->type == WIMM_EV_CONNECT) {
-		take_requests(s, ev->listener, ev->listener == s->rd);
+		struct kv_taker t = {s, ev->listener == s->rd};
+		svc_take_requests(ev->listener, take_request, request_failed, &t);
 		return;
 	}
 	if (!cl || cl->dead)
@@ -327,14 +334,11 @@ static void handle(struct wimm_kv_server *s, const struct wimm_event *ev)
 
 int wimm_kv_server_run(struct wimm_kv_server *s, int timeout_ms)
 {
-	struct wimm_event ev[64];
 	if (!s)
 		return WIMM_E_INVAL;
-	int n = wimm_wait(s->ctx, ev, 64, s->wait_mode, timeout_ms);
+	int n = svc_dispatch(s->ctx, s->wait_mode, timeout_ms, handle, s);
 	if (n < 0)
 		return n;
-	for (int i = 0; i < n; i++)
-		handle(s, &ev[i]);
 	for (struct kv_client *cl = s->clients, *next; cl; cl = next) {
 		next = cl->next;
 		if (cl->dead)

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "ps_server.h"
+#include "svc_loop.h"
 
 static void *zeroed(size_t len)
 {
@@ -205,8 +206,9 @@ static void take_inband_hello(struct wimm_ps_server *s, struct ps_peer *p,
 
 /* A peer as its request says, before any hello if the request has none:
  * a worker's window is known from the request alone. */
-static void take_request(struct wimm_ps_server *s, struct wimm_request *r)
+static void take_request(void *arg, struct wimm_request *r)
 {
+	struct wimm_ps_server *s = arg;
 	struct wimm_request_info ri;
 	struct ps_hello h = {0};
 	wimm_request_info(r, &ri);
@@ -278,19 +280,11 @@ static void take_request(struct wimm_ps_server *s, struct wimm_request *r)
 		p->role = PS_ROLE_STAT;
 }
 
-static void take_requests(struct wimm_ps_server *s)
+static void request_failed(void *arg, int rc)
 {
-	for (;;) {
-		struct wimm_request *r = NULL;
-		int rc = wimm_listener_request(s->l, 0, &r);
-		if (rc == WIMM_E_AGAIN || rc == WIMM_E_TIMEDOUT)
-			return;
-		if (rc < 0) {
-			s->st.refused++;
-			continue;
-		}
-		take_request(s, r);
-	}
+	struct wimm_ps_server *s = arg;
+	(void)rc;
+	s->st.refused++;
 }
 
 static void send_stats(struct wimm_ps_server *s, struct ps_peer *p)
@@ -307,11 +301,12 @@ static void send_stats(struct wimm_ps_server *s, struct ps_peer *p)
 		p->dead = 1;
 }
 
-static void handle(struct wimm_ps_server *s, const struct wimm_event *ev)
+static void handle(void *arg, const struct wimm_event *ev)
 {
+	struct wimm_ps_server *s = arg;
 	struct ps_peer *p = ev->user;
 	if (ev->type == WIMM_EV_CONNECT) {
-		take_requests(s);
+		svc_take_requests(s->l, take_request, request_failed, s);
 		return;
 	}
 	if (!p || p->dead)
@@ -350,7 +345,6 @@ static void handle(struct wimm_ps_server *s, const struct wimm_event *ev)
 
 int wimm_ps_server_run(struct wimm_ps_server *s, int timeout_ms)
 {
-	struct wimm_event ev[64];
 	if (!s)
 		return WIMM_E_INVAL;
 	s->applied_now = 0;
@@ -360,11 +354,9 @@ int wimm_ps_server_run(struct wimm_ps_server *s, int timeout_ms)
 		owed = s->shard[i].owed != 0;
 	if (owed && (timeout_ms < 0 || timeout_ms > 1))
 		timeout_ms = 1;
-	int n = wimm_wait(s->ctx, ev, 64, WIMM_WAIT_ADAPTIVE, timeout_ms);
+	int n = svc_dispatch(s->ctx, WIMM_WAIT_ADAPTIVE, timeout_ms, handle, s);
 	if (n < 0)
 		return n;
-	for (int i = 0; i < n; i++)
-		handle(s, &ev[i]);
 	int64_t now = ps_now_ms();
 	for (struct ps_peer *p = s->peers, *next; p; p = next) {
 		next = p->next;
