@@ -55,41 +55,46 @@ wimm_self() {
     record "$1" wimm "$2 --self $3 $4" "\"result\": $(cat "$out")"
 }
 
+# run_pair NAME OUT ERR SERVER-COMMAND... -- CLIENT-COMMAND...: the server
+# in the background, the client tried again (50 times, 0.1 s apart) until
+# the server listens; both must succeed. The client's stdout goes to OUT,
+# its stderr to ERR (the same file: both together).
+run_pair() {
+    local name=$1 out=$2 err=$3 server=()
+    shift 3
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    "${server[@]}" >"$work/server.out" 2>&1 &
+    server_pid=$!
+    for attempt in $(seq 50); do
+        if [ "$err" = "$out" ]; then
+            "$@" >"$out" 2>&1 && break
+        else
+            "$@" >"$out" 2>"$err" && break
+        fi
+        [ "$attempt" -lt 50 ] || { cat "$out" "$err" "$work/server.out" >&2; die "$name client failed"; }
+        sleep 0.1
+    done
+    wait "$server_pid" || die "$name server failed"
+    server_pid=
+}
+
 # wimm_pair ROUND FABRIC: pingpong as server + client processes.
 wimm_pair() {
     local port out=$work/wimm.json
     port=$(free_port)
-    timeout 300 "$WIMM" pingpong -f "$2" -o write_imm -s 8 -n "$ITERS" -p "$port" \
-        >"$work/wimm-server.out" 2>&1 &
-    server_pid=$!
-    for attempt in $(seq 50); do
-        if timeout 300 "$WIMM" pingpong --json -f "$2" -o write_imm -s 8 -n "$ITERS" \
-            -p "$port" 127.0.0.1 >"$out" 2>"$work/wimm.err"; then
-            break
-        fi
-        [ "$attempt" -lt 50 ] || { cat "$work/wimm.err" "$work/wimm-server.out" >&2; die "wimm pingpong client failed"; }
-        sleep 0.1
-    done
-    wait "$server_pid" || die "wimm pingpong server on $2 failed"
-    server_pid=
+    run_pair "wimm pingpong on $2" "$out" "$work/wimm.err" \
+        timeout 300 "$WIMM" pingpong -f "$2" -o write_imm -s 8 -n "$ITERS" -p "$port" -- \
+        timeout 300 "$WIMM" pingpong --json -f "$2" -o write_imm -s 8 -n "$ITERS" -p "$port" 127.0.0.1
     record "$1" wimm "pingpong 2proc $2 8" "\"result\": $(cat "$out")"
 }
 
 fi_pair() {
     local port out=$work/fi.out
     port=$(free_port)
-    timeout 120 fi_pingpong -p shm -e rdm -S 8 -I "$ITERS" -B "$port" >/dev/null 2>&1 &
-    server_pid=$!
-    for attempt in $(seq 50); do
-        if timeout 120 fi_pingpong -p shm -e rdm -S 8 -I "$ITERS" -P "$port" 127.0.0.1 \
-            >"$out" 2>&1; then
-            break
-        fi
-        [ "$attempt" -lt 50 ] || { cat "$out" >&2; die "fi_pingpong client failed"; }
-        sleep 0.1
-    done
-    wait "$server_pid" || die "fi_pingpong server failed"
-    server_pid=
+    run_pair fi_pingpong "$out" "$out" \
+        timeout 120 fi_pingpong -p shm -e rdm -S 8 -I "$ITERS" -B "$port" -- \
+        timeout 120 fi_pingpong -p shm -e rdm -S 8 -I "$ITERS" -P "$port" 127.0.0.1
     # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
     local avg
     avg=$(awk '$1 == "8" { print $7; exit }' "$out")
@@ -101,18 +106,9 @@ fi_pair() {
 ucx_pair() {
     local port out=$work/ucx.out
     port=$(free_port)
-    UCX_TLS=posix,self timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
-    server_pid=$!
-    for attempt in $(seq 50); do
-        if UCX_TLS=posix,self timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$2" -s "$3" \
-            -n "$4" >"$out" 2>&1; then
-            break
-        fi
-        [ "$attempt" -lt 50 ] || { cat "$out" >&2; die "ucx_perftest client failed"; }
-        sleep 0.1
-    done
-    wait "$server_pid" || die "ucx_perftest server failed"
-    server_pid=
+    run_pair ucx_perftest "$out" "$out" \
+        env UCX_TLS=posix,self timeout 120 ucx_perftest -p "$port" -- \
+        env UCX_TLS=posix,self timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$2" -s "$3" -n "$4"
     # Final: iters median avg overall bw_avg bw_overall rate_avg rate_overall
     local line
     line=$(awk '$1 == "Final:" { printf "\"median_us\": %s, \"avg_us\": %s, \"bw_mbps\": %s, \"msg_rate\": %s", $3, $4, $6, $8 }' "$out")
@@ -170,14 +166,15 @@ for name, what in lat:
 print("\nMessage rate (M msg/s) and bandwidth (MB/s, 10^6 B), every round\n")
 print("| run | " + " | ".join(f"round {r}" for r in rounds) + " |")
 print("|---|" + "---:|" * len(rounds))
+# The message rate at 8 B, the bandwidth at 4 KiB and 1 MiB.
+sizes = (("8", "msg_rate", 1e-6, "M/s"), ("4096", "bw_mbps", 1, "MB/s"),
+         ("1048576", "bw_mbps", 1, "MB/s"))
 for fab in ("ipc", "ofi:shm"):
-    for size, key, scale, unit in (("8", "msg_rate", 1e-6, "M/s"), ("4096", "bw_mbps", 1, "MB/s"),
-                                   ("1048576", "bw_mbps", 1, "MB/s")):
+    for size, key, scale, unit in sizes:
         cells = [val(f"rate --self {fab} {size}", key, r) for r in rounds]
         print(f"| wimm rate {fab} {size} B {unit} | " +
               " | ".join("-" if c == "-" else f"{c * scale:.3f}" for c in cells) + " |")
-for size, key, scale, unit in (("8", "msg_rate", 1e-6, "M/s"), ("4096", "bw_mbps", 1, "MB/s"),
-                               ("1048576", "bw_mbps", 1, "MB/s")):
+for size, key, scale, unit in sizes:
     # ucx_perftest's MB is 2^20 bytes, wimm's 10^6: shown in wimm's.
     if key == "bw_mbps":
         scale = 1.048576
