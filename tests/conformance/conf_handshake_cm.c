@@ -335,6 +335,12 @@ static void t_bad_handshake_cm(const char *uri)
 	size_t cm_max = raw_peer_cm_max(&r);
 	conf_diag("raw %s peer, at most %zu bytes of CM data",
 		  kind == RAW_PEER_OFI_MSG ? "fi_connect" : "rdma_connect", cm_max);
+	/* More than the raw peer keeps is refused before anything is sent (the
+	 * control case below would see a stray request). */
+	static const uint8_t too_long[RAW_CM_MAX + 1];
+	CHECK(raw_peer_connect_bytes(&r, host, port, too_long, sizeof(too_long), NULL, NULL,
+				     1000) == RAW_ERROR);
+	CHECKF(strstr(r.text, "more than kept") != NULL, "raw peer: %s", r.text);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		if (!(cases[i].on & (kind == RAW_PEER_OFI_MSG ? ON_OFI : ON_CM)))
 			continue;

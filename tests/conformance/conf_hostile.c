@@ -12,6 +12,7 @@
  * channel (a TCP socket carrying one length-prefixed handshake each way).
  * On ipc the raw peer maps the rings itself and writes entries that name
  * anything (src/ipc/ipc_wire.h): the server checks each one it consumes. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,6 +268,13 @@ static void t_hostile_outside_window(const char *uri)
 	/* The control: a write inside the window lands. */
 	memset(r.raw.src, 0x5A, 64);
 	CHECK(raw_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 64, 0, 0) == 0);
+	/* The raw peer's own bound: more than its source is refused, unsent. */
+	if (kind != RAW_IPC) {
+		CHECK_EQ(raw_peer_write(&r.raw, r.raw.srv.window_addr, r.raw.srv.window_key,
+					RAW_SRC + 1, 0, 0),
+			 -EINVAL);
+		CHECK_EQ(r.raw.posted, 1);
+	}
 	pump_both(a.p.sctx, &r, &s, 1, 300);
 	CHECKF(((uint8_t *)a.win->buf)[0] == 0x5A && ((uint8_t *)a.win->buf)[63] == 0x5A,
 	       "the raw peer's write inside its window did not land");
