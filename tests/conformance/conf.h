@@ -126,6 +126,9 @@ int pair_connect(struct pair *p, const struct wimm_conn_attr *sattr,
 		 const struct wimm_conn_attr *cattr);
 /* Connect to p->l, already listening at addr, and accept there. */
 int pair_connect_on(struct pair *p, const char *addr, const struct wimm_conn_attr *cattr);
+/* After a hostile test: the listener at addr still accepts a real wimm
+ * connection, and its doorbell (imm) arrives. 0, or -1 (failure recorded). */
+int pair_still_accepts(struct pair *p, const char *addr, uint32_t imm);
 /* Everything in the order the API wants: conns, listener, regions, ctxs. */
 void pair_close(struct pair *p);
 

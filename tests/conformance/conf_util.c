@@ -356,6 +356,22 @@ int pair_connect_on(struct pair *p, const char *addr, const struct wimm_conn_att
 	return 0;
 }
 
+int pair_still_accepts(struct pair *p, const char *addr, uint32_t imm)
+{
+	struct wimm_event ev;
+
+	if (pair_connect_on(p, addr, NULL))
+		return -1;
+	int rc = wimm_write_imm(p->c, NULL, 0, 0, 0, imm, 0);
+	int got = rc ? 0 : next_event(p->sctx, p->cctx, &ev, 5000);
+	if (rc || got != 1 || ev.type != WIMM_EV_WRITE_IMM || ev.imm != imm) {
+		conf_fail(__FILE__, __LINE__, "the listener's new connection: write %s, %d events",
+			  wimm_err_name(rc), got);
+		return -1;
+	}
+	return 0;
+}
+
 int pair_connect(struct pair *p, const struct wimm_conn_attr *sattr,
 		 const struct wimm_conn_attr *cattr)
 {

@@ -372,6 +372,24 @@ static int end_checked_run(struct proc *srv, int port, struct proc *w, int n, in
 	return left;
 }
 
+/* The kill scenarios' run: `wimm ps serve` (8 shards of 4 KiB, liveness
+ * 2 s, backups b) and its n workers (iterations, pause, pull timeout as
+ * workers_from), until every shard has had `at` updates (st: the server's
+ * statistics then). The port, or -1 when training made no progress. */
+static int start_training(struct proc *srv, struct proc *w, int n, int b, const char *iters,
+			  const char *delay, const char *timeout, uint64_t at,
+			  struct wimm_ps_stats *st)
+{
+	char workers[8], backups[8];
+	snprintf(workers, sizeof(workers), "%d", n);
+	snprintf(backups, sizeof(backups), "%d", b);
+	int port = serve_cmd(srv, "8", "4096", workers, backups, "2000");
+	workers_from(w, 0, n, port, iters, delay, 0, timeout);
+	CHECK(wait_iteration(port, at, st) == 0, "no progress: iteration %llu",
+	      (unsigned long long)st->iteration_min);
+	return port;
+}
+
 static int shape(const char *env, int dflt)
 {
 	const char *v = getenv(env);
@@ -471,10 +489,10 @@ static int t_worker_kill(int backups)
 {
 	struct proc srv, w[4];
 	struct wimm_ps_stats st;
-	int port = serve_cmd(&srv, "8", "4096", "4", backups ? "1" : "0", "2000");
-	workers_from(w, 0, 4, port, backups ? "400" : "1000000", "2", 0, "4000");
-	CHECK(wait_iteration(port, 30, &st) == 0, "no progress: iteration %llu",
-	      (unsigned long long)st.iteration_min);
+	int port =
+	    start_training(&srv, w, 4, backups, backups ? "400" : "1000000", "2", "4000", 30, &st);
+	if (port < 0)
+		return -1;
 	kill(w[2].pid, kill_sig);
 	int64_t killed = now_ms();
 	if (backups) {
@@ -575,10 +593,11 @@ static int t_worker_rejoin(void)
 {
 	struct proc srv, w[4];
 	struct wimm_ps_stats st;
-	int port = serve_cmd(&srv, "8", "4096", "3", "0", "2000");
-	workers_from(w, 0, 3, port, "200", "5", 0, "15000");
-	CHECK(wait_iteration(port, 20, &st) == 0 && st.iteration_min < 200,
-	      "iteration %llu at the kill", (unsigned long long)st.iteration_min);
+	int port = start_training(&srv, w, 3, 0, "200", "5", "15000", 20, &st);
+	if (port < 0)
+		return -1;
+	CHECK(st.iteration_min < 200, "iteration %llu at the kill",
+	      (unsigned long long)st.iteration_min);
 	kill(w[1].pid, kill_sig);
 	CHECK(wait_stall(port, 1u << 1, &st) == 0, "no stall report naming worker 1");
 	wait_all(&w[1], 1, 10000);
@@ -601,9 +620,9 @@ static int t_server_kill(void)
 {
 	struct proc srv, w[4];
 	struct wimm_ps_stats st;
-	int port = serve_cmd(&srv, "8", "4096", "4", "0", "2000");
-	workers_from(w, 0, 4, port, "1000000", "1", 0, "60000");
-	CHECK(wait_iteration(port, 20, &st) == 0, "no progress");
+	int port = start_training(&srv, w, 4, 0, "1000000", "1", "60000", 20, &st);
+	if (port < 0)
+		return -1;
 	int64_t killed = now_ms();
 	kill(srv.pid, kill_sig);
 	int left = wait_all(w, 4, 2000 + 8000);
