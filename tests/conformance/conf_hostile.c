@@ -253,115 +253,129 @@ int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena
 	return 0;
 }
 
-static void t_hostile_outside_window(const char *uri)
+/* A hostile test's body: the arena, the raw peer connected to it, the
+ * server's side of that connection, the raw peer's kind. */
+typedef void (*hostile_body)(const char *uri, struct arena *a, struct hostile_peer *r,
+			     struct wimm_conn **hc, int kind);
+
+/* The body on a fresh arena and raw peer, unless the test does not apply
+ * here (skipped) or they could not be had (failed); all closed after. */
+static void hostile_run(const char *uri, uint32_t depth, int need_windows, hostile_body body)
 {
 	struct arena a;
 	struct hostile_peer r;
 	struct wimm_conn *hc;
 	int kind;
 
-	if (hostile_open(uri, 64, 1, &a, &r, &hc, &kind))
-		goto out;
-	CHECK(hc != NULL);
-	CHECK_EQ(r.raw.srv.window_len, HALF);
-	struct seen s = {.conn = hc};
+	if (hostile_open(uri, depth, need_windows, &a, &r, &hc, &kind) == 0)
+		body(uri, &a, &r, &hc, kind);
+	hostile_close(&hc, &r, &a);
+}
+
+static void outside_window(const char *uri, struct arena *a, struct hostile_peer *r,
+			   struct wimm_conn **hc, int kind)
+{
+	(void)uri;
+	CHECK(*hc != NULL);
+	CHECK_EQ(r->raw.srv.window_len, HALF);
+	struct seen s = {.conn = *hc};
 	/* The control: a write inside the window lands. */
-	memset(r.raw.src, 0x5A, 64);
-	CHECK(raw_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 64, 0, 0) == 0);
+	memset(r->raw.src, 0x5A, 64);
+	CHECK(raw_write(r, r->raw.srv.window_addr, r->raw.srv.window_key, 64, 0, 0) == 0);
 	/* The raw peer's own bound: more than its source is refused, unsent. */
 	if (kind != RAW_IPC) {
-		CHECK_EQ(raw_peer_write(&r.raw, r.raw.srv.window_addr, r.raw.srv.window_key,
+		CHECK_EQ(raw_peer_write(&r->raw, r->raw.srv.window_addr, r->raw.srv.window_key,
 					RAW_SRC + 1, 0, 0),
 			 -EINVAL);
-		CHECK_EQ(r.raw.posted, 1);
+		CHECK_EQ(r->raw.posted, 1);
 	}
-	pump_both(a.p.sctx, &r, &s, 1, 300);
-	CHECKF(((uint8_t *)a.win->buf)[0] == 0x5A && ((uint8_t *)a.win->buf)[63] == 0x5A,
+	pump_both(a->p.sctx, r, &s, 1, 300);
+	CHECKF(((uint8_t *)a->win->buf)[0] == 0x5A && ((uint8_t *)a->win->buf)[63] == 0x5A,
 	       "the raw peer's write inside its window did not land");
 	/* Just past the end, straddling the end, and far beyond: all with the
 	 * window's own key, all inside the application's registration. */
-	memset(r.raw.src, 0xEE, RAW_SRC);
-	raw_write(&r, r.raw.srv.window_addr + HALF, r.raw.srv.window_key, 64, 0, 0);
-	raw_write(&r, r.raw.srv.window_addr + HALF - 32, r.raw.srv.window_key, 64, 0, 0);
-	raw_write(&r, r.raw.srv.window_addr + HALF + 1024, r.raw.srv.window_key, 8, 1, 7);
-	pump_both(a.p.sctx, &r, &s, 1, 1000);
-	size_t bad = canary_damage(&a);
+	memset(r->raw.src, 0xEE, RAW_SRC);
+	raw_write(r, r->raw.srv.window_addr + HALF, r->raw.srv.window_key, 64, 0, 0);
+	raw_write(r, r->raw.srv.window_addr + HALF - 32, r->raw.srv.window_key, 64, 0, 0);
+	raw_write(r, r->raw.srv.window_addr + HALF + 1024, r->raw.srv.window_key, 8, 1, 7);
+	pump_both(a->p.sctx, r, &s, 1, 1000);
+	size_t bad = canary_damage(a);
 	CHECKF(bad == 0, "the server's memory past the window changed at byte %zu", bad - 1);
 	conf_diag("raw peer: %d posted, %d completed, %d failed; server: %d doorbells, %s",
-		  r.raw.posted, r.raw.done, r.raw.failed, s.doorbells,
+		  r->raw.posted, r->raw.done, r->raw.failed, s.doorbells,
 		  s.down ? "dropped" : "still up");
 	CHECKF(s.doorbells == 0, "a doorbell outside the window reached the application");
-	CHECK(honest_ok(&a));
-out:
-	hostile_close(&hc, &r, &a);
+	CHECK(honest_ok(a));
+out:;
+}
+
+static void t_hostile_outside_window(const char *uri)
+{
+	hostile_run(uri, 64, 1, outside_window);
+}
+
+static void old_key(const char *uri, struct arena *a, struct hostile_peer *r, struct wimm_conn **hc,
+		    int kind)
+{
+	struct wimm_handshake first = r->raw.srv;
+	struct seen s = {.conn = *hc};
+	raw_close(r);
+	pump(a->p.sctx, NULL, NULL, &s, 1, 300);
+	for (int i = 0; i < 50 && !s.down; i++)
+		pump(a->p.sctx, NULL, NULL, &s, 1, 100);
+	CHECKF(s.down, "the server did not see the raw peer go");
+	wimm_conn_delete(hc);
+	/* Again, and this time with the first connection's key. */
+	CHECK(raw_alloc(r, kind) == 0);
+	CHECKF(raw_connect(r, uri, a->addr, a->p.sctx, a->p.l, hc) == 0, "%s", r->raw.text);
+	s = (struct seen){.conn = *hc};
+	conf_diag("window keys: first %#llx, second %#llx", (unsigned long long)first.window_key,
+		  (unsigned long long)r->raw.srv.window_key);
+	CHECK(first.window_key != r->raw.srv.window_key);
+	memset(r->raw.src, 0x66, 64);
+	CHECK(raw_write(r, r->raw.srv.window_addr, r->raw.srv.window_key, 64, 0, 0) == 0);
+	pump_both(a->p.sctx, r, &s, 1, 300);
+	CHECKF(((uint8_t *)a->win->buf)[0] == 0x66, "a write with the current key did not land");
+	memset(r->raw.src, 0x77, 64);
+	raw_write(r, first.window_addr, first.window_key, 64, 0, 0);
+	pump_both(a->p.sctx, r, &s, 1, 1000);
+	for (int i = 0; i < 64; i++)
+		CHECKF(((uint8_t *)a->win->buf)[i] == 0x66,
+		       "the old key wrote byte %d of the window", i);
+	CHECK(canary_damage(a) == 0);
+	CHECK(honest_ok(a));
+out:;
 }
 
 static void t_hostile_old_key(const char *uri)
 {
-	struct arena a;
-	struct hostile_peer r;
-	struct wimm_conn *hc;
-	int kind;
-
-	if (hostile_open(uri, 64, 1, &a, &r, &hc, &kind))
-		goto out;
-	struct wimm_handshake first = r.raw.srv;
-	struct seen s = {.conn = hc};
-	raw_close(&r);
-	pump(a.p.sctx, NULL, NULL, &s, 1, 300);
-	for (int i = 0; i < 50 && !s.down; i++)
-		pump(a.p.sctx, NULL, NULL, &s, 1, 100);
-	CHECKF(s.down, "the server did not see the raw peer go");
-	wimm_conn_delete(&hc);
-	/* Again, and this time with the first connection's key. */
-	CHECK(raw_alloc(&r, kind) == 0);
-	CHECKF(raw_connect(&r, uri, a.addr, a.p.sctx, a.p.l, &hc) == 0, "%s", r.raw.text);
-	s = (struct seen){.conn = hc};
-	conf_diag("window keys: first %#llx, second %#llx", (unsigned long long)first.window_key,
-		  (unsigned long long)r.raw.srv.window_key);
-	CHECK(first.window_key != r.raw.srv.window_key);
-	memset(r.raw.src, 0x66, 64);
-	CHECK(raw_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 64, 0, 0) == 0);
-	pump_both(a.p.sctx, &r, &s, 1, 300);
-	CHECKF(((uint8_t *)a.win->buf)[0] == 0x66, "a write with the current key did not land");
-	memset(r.raw.src, 0x77, 64);
-	raw_write(&r, first.window_addr, first.window_key, 64, 0, 0);
-	pump_both(a.p.sctx, &r, &s, 1, 1000);
-	for (int i = 0; i < 64; i++)
-		CHECKF(((uint8_t *)a.win->buf)[i] == 0x66,
-		       "the old key wrote byte %d of the window", i);
-	CHECK(canary_damage(&a) == 0);
-	CHECK(honest_ok(&a));
-out:
-	hostile_close(&hc, &r, &a);
+	hostile_run(uri, 64, 1, old_key);
 }
 
-static void t_hostile_overdraft(const char *uri)
-{
-	enum { DEPTH = 16, SENT = 160 };
-	struct arena a;
-	struct hostile_peer r;
-	struct wimm_conn *hc;
-	int kind;
+/* The overdraft test's receive window, and ten windows' worth of doorbells. */
+enum { OVERDRAFT_DEPTH = 16, OVERDRAFT_SENT = 160 };
 
-	if (hostile_open(uri, DEPTH, 0, &a, &r, &hc, &kind))
-		goto out;
-	CHECK_EQ(r.raw.srv.rx_depth, DEPTH);
-	struct seen s = {.conn = hc};
+static void overdraft(const char *uri, struct arena *a, struct hostile_peer *r,
+		      struct wimm_conn **hc, int kind)
+{
+	(void)uri;
+	CHECK_EQ(r->raw.srv.rx_depth, OVERDRAFT_DEPTH);
+	struct seen s = {.conn = *hc};
 	/* Ten windows' worth of doorbells, no look at the credit word. */
 	int64_t t0 = conf_now_ms();
-	for (int i = 0; i < SENT; i++)
-		if (raw_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 8, 1, (uint32_t)i))
+	for (int i = 0; i < OVERDRAFT_SENT; i++)
+		if (raw_write(r, r->raw.srv.window_addr, r->raw.srv.window_key, 8, 1, (uint32_t)i))
 			break;
-	conf_diag("raw peer posted %d doorbells in %lld ms", r.raw.posted,
+	conf_diag("raw peer posted %d doorbells in %lld ms", r->raw.posted,
 		  (long long)(conf_now_ms() - t0));
 	for (int i = 0; i < 50 && !s.down; i++)
-		pump_both(a.p.sctx, &r, &s, 1, 100);
+		pump_both(a->p.sctx, r, &s, 1, 100);
 	conf_diag("server: %d doorbells delivered, %s (%s); raw peer: %d completed, %d failed",
 		  s.doorbells, s.down ? "dropped" : "still up", wimm_err_name(s.down_status),
-		  r.raw.done, r.raw.failed);
+		  r->raw.done, r->raw.failed);
 	/* Never more than the window plus what was returned in time. */
-	CHECKF(s.doorbells < SENT, "all %d doorbells beyond the credits were delivered", SENT);
+	CHECKF(s.doorbells < OVERDRAFT_SENT, "all %d doorbells beyond the credits were delivered",
+	       OVERDRAFT_SENT);
 	/* On verbs the responder's receive queue bounds the peer itself: a
 	 * doorbell finds a posted receive or is refused with RNR, so how many
 	 * get through depends on how fast the server hands slots back, and
@@ -372,12 +386,16 @@ static void t_hostile_overdraft(const char *uri)
 		CHECK_RC(s.down_status, WIMM_E_OVERDRAFT);
 	}
 	struct wimm_ctx_stats st;
-	CHECK_OK(wimm_ctx_stats(a.p.sctx, &st));
+	CHECK_OK(wimm_ctx_stats(a->p.sctx, &st));
 	if (kind != RAW_PEER_VERBS_CM)
 		CHECK_EQ(st.dropped_overdraft, 1);
-	CHECK(honest_ok(&a));
-out:
-	hostile_close(&hc, &r, &a);
+	CHECK(honest_ok(a));
+out:;
+}
+
+static void t_hostile_overdraft(const char *uri)
+{
+	hostile_run(uri, OVERDRAFT_DEPTH, 0, overdraft);
 }
 
 const struct conf_test conf_tests_hostile[] = {
