@@ -19,6 +19,8 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
@@ -102,15 +104,6 @@ struct ofi_ctx {
 	char atomic_why[160]; /* ... else why not (ofi_atomic_probe) */
 };
 
-struct ofi_tx {
-	uint64_t seq; /* absolute position in the tx stream */
-	uint64_t op_seq;
-	uint32_t len;
-	enum wimm_op op;
-	int signal;
-	int internal;
-};
-
 struct ofi_conn {
 	struct ofi_ctx *ctx;
 	struct ofi_conn *next, *prev;
@@ -144,16 +137,14 @@ struct ofi_conn {
 	uint8_t *frame; /* RDM accept: our handshake, sent by conn_ready */
 	size_t frame_len;
 
-	uint32_t sq_depth, tx_max;
-	struct wimm_signal_policy sig; /* forced completions */
-	uint64_t tx_head, tx_tail;     /* posted / retired positions */
-	struct ofi_tx *tx;
+	uint32_t tx_max;	  /* operations outstanding at most (CQ sizing) */
+	struct wimm_send_ring sq; /* slot index = cookie position */
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *rx_buf;
 	struct fid_mr *rx_mr;
 	int slots_posted;
-	uint64_t rx_delivered, rx_reposted; /* slots handed out / posted again */
+	struct wimm_recv_slots rx; /* send-with-imm slots: a write-with-imm takes none */
 
 	struct wimm_cqe stash[OFI_STASH];
 	unsigned stash_head, stash_len;

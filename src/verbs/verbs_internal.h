@@ -17,6 +17,8 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 
 #define VERBS_STASH 16	      /* completions arm() may find after arming */
 #define VERBS_ACK_BATCH 64    /* CQ events acknowledged per ibv_ack_cq_events */
@@ -78,13 +80,6 @@ struct verbs_ctx {
 	char errbuf[160];
 };
 
-struct verbs_sslot {
-	uint64_t op_seq;
-	uint8_t op;
-	uint8_t internal;
-	uint8_t report; /* the caller asked for SEND_DONE */
-};
-
 struct verbs_conn {
 	struct verbs_ctx *vc;
 	struct wimm_conn *core;
@@ -106,12 +101,9 @@ struct verbs_conn {
 	size_t pdata_len;
 	uint8_t resp_res, init_depth; /* from the request (passive side) */
 
-	/* send queue: ring of sq_size slots, freed in order */
-	uint32_t sq_depth, sq_size;
-	struct verbs_sslot *ss;
-	uint64_t sq_posted, sq_done;
-	uint32_t user_out;
-	struct wimm_signal_policy sig; /* forced signals */
+	/* send queue: sq_depth + sq_reserve slots, freed in order */
+	uint32_t sq_size;
+	struct wimm_send_ring sq;
 	uint32_t max_inline;
 
 	/* receive window */
@@ -122,7 +114,7 @@ struct verbs_conn {
 	struct ibv_mr *rx_mr;
 	struct ibv_recv_wr *rx_wr;
 	struct ibv_sge *rx_sge;
-	uint64_t rx_posted, rx_consumed, rx_released;
+	struct wimm_recv_slots rx;
 };
 
 /* verbs_ctx.c */
