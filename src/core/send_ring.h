@@ -93,6 +93,13 @@ static inline int wimm_send_ring_must_signal(const struct wimm_send_ring *r, int
 	return wimm_signal_needed(&r->sig, asked);
 }
 
+/* The slot of an outstanding position (tail <= pos < head). */
+static inline const struct wimm_send_slot *wimm_send_ring_slot(const struct wimm_send_ring *r,
+							       uint64_t pos)
+{
+	return &r->slot[(uint32_t)pos & r->mask];
+}
+
 /* Record an operation the transport accepted, at the head. `signaled`: it
  * will have a completion of its own. Call only after has_room(). */
 static inline void wimm_send_ring_push(struct wimm_send_ring *r, const struct wimm_wr *wr,

@@ -12,6 +12,8 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 #include "ipc/ipc_wire.h"
 
 #define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
@@ -59,13 +61,11 @@ struct ipc_ctx {
 	int64_t ctrl_next_ns;
 };
 
+/* What ipc keeps of an operation beside its send-ring slot (same index). */
 struct ipc_tx {
-	uint64_t op_seq;
 	uint64_t data_end; /* data area position after this entry's payload */
 	void *local;	   /* READ: where the bytes go */
 	uint64_t doff;	   /* our own copy: the peer can rewrite the entry */
-	uint32_t len;
-	uint8_t op, signal, internal;
 };
 
 /* One direction as its producer sees it (our tx ring, in our memfd). */
@@ -76,7 +76,7 @@ struct ipc_txq {
 	uint8_t *data;
 	size_t map_len;
 	uint32_t n, mask;
-	uint64_t head, tail;	       /* published / retired */
+	struct wimm_send_ring ops;     /* head: published, tail: retired */
 	uint64_t data_head, data_tail; /* byte positions in the data area */
 	struct ipc_tx *rec;
 };
@@ -118,13 +118,12 @@ struct ipc_conn {
 	struct ipc_page *peer_page;
 	int peer_efd;
 
-	uint32_t sq_depth;
 	struct ipc_txq tx;
 	struct ipc_rxq rx;
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *slots;
-	uint64_t rx_delivered, rx_released; /* doorbells handed out / handed back */
+	struct wimm_recv_slots rx_slots; /* every doorbell counts (overdraft) */
 };
 
 struct ipc_req {

@@ -20,7 +20,9 @@
 #include "core/recv_slots.h"
 #include "core/send_ring.h"
 
-#define VERBS_STASH 16	      /* completions arm() may find after arming */
+/* completions arm() may find after arming, or a poll could not return yet
+ * (a batch cut short by a CONN_UP: see verbs_decode_all) */
+#define VERBS_STASH 32
 #define VERBS_ACK_BATCH 64    /* CQ events acknowledged per ibv_ack_cq_events */
 #define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
 #define VERBS_PDATA_MAX 256   /* largest cm private data we keep */
@@ -94,6 +96,7 @@ struct verbs_conn {
 	struct wimm_down down; /* backend.h's state machine */
 	int up;		       /* 1 CONN_UP to report, 2 reported */
 	atomic_int async_ev;   /* QP async event seen by some context, + 1 */
+	atomic_int comm_est;   /* IBV_EVENT_COMM_EST seen: rdma_notify due */
 
 	/* last rdma_cm event while connecting or accepting */
 	int cm_ev, cm_status;
@@ -124,6 +127,7 @@ int verbs_tab_add(struct verbs_ctx *vc, struct verbs_conn *c);
 void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c);
 struct verbs_conn *verbs_tab_find(const struct verbs_ctx *vc, uint32_t qp_num);
 void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov);
+void verbs_conn_mark_up(struct verbs_conn *c);
 void verbs_control(struct verbs_ctx *vc);
 int verbs_cm_drain(struct verbs_ctx *vc);
 uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq);

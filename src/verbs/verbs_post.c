@@ -9,7 +9,7 @@
 
 #include "verbs/verbs_internal.h"
 
-#define VERBS_POLL_BATCH 32
+#define VERBS_POLL_BATCH VERBS_STASH /* what a batch leaves over fits the stash */
 
 int verbs_status_to_wimm(enum ibv_wc_status st)
 {
@@ -271,6 +271,48 @@ static int verbs_emit_up(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 	return got;
 }
 
+/* A receive completing on a connection still accepting: the peer's first
+ * message beat ESTABLISHED (the RTU is late or lost; COMM_EST asked the CM to
+ * deliver it). Data on the QP proves it up: report so before the message.
+ * 1 when *out took the CONN_UP. */
+static int verbs_first_recv(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wimm_cqe *out)
+{
+	struct verbs_conn *c;
+
+	if (!(wc->wr_id & VERBS_WRID_RECV) || wc->status != IBV_WC_SUCCESS)
+		return 0;
+	c = verbs_tab_find(vc, wc->qp_num);
+	if (!c || !c->accepting || (!c->use_srq && VERBS_WRID_GEN(wc->wr_id) != c->gen))
+		return 0;
+	verbs_conn_mark_up(c);
+	c->up = 2;
+	vc->up_pending--;
+	*out = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+	return 1;
+}
+
+/* wc[0..k) into out (room n). A CONN_UP may go before a receive, so what
+ * then does not fit waits in the stash, which is empty whenever this runs
+ * (poll empties it first, and calls this with no room when it cannot). */
+static int verbs_decode_all(struct verbs_ctx *vc, const struct ibv_wc *wc, int k,
+			    struct wimm_cqe *out, int n)
+{
+	int got = 0;
+
+	for (int i = 0; i < k; i++) {
+		if (got < n)
+			got += verbs_first_recv(vc, &wc[i], &out[got]);
+		if (got == n) {
+			memcpy(vc->stash, &wc[i], (size_t)(k - i) * sizeof(*wc));
+			vc->stash_n = k - i;
+			vc->stash_pos = 0;
+			break;
+		}
+		got += verbs_decode(vc, &wc[i], &out[got]);
+	}
+	return got;
+}
+
 /* Completions of the CQ into out, up to n; stops when the CQ is empty. */
 static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 {
@@ -283,9 +325,8 @@ static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 
 		if (k < 0)
 			return verbs_err(vc, WIMM_E_PROVIDER, k, "ibv_poll_cq failed");
-		for (int i = 0; i < k; i++)
-			got += verbs_decode(vc, &wc[i], &out[got]);
-		if (k < want)
+		got += verbs_decode_all(vc, wc, k, &out[got], n - got);
+		if (k < want || vc->stash_pos < vc->stash_n)
 			break;
 	}
 	return got;
@@ -304,8 +345,15 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* A connection that came up is announced before its first data. */
 	if (vc->up_pending)
 		got += verbs_emit_up(vc, out, limit);
-	while (got < limit && vc->stash_pos < vc->stash_n)
-		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
+	while (got < limit && vc->stash_pos < vc->stash_n) {
+		const struct ibv_wc *wc = &vc->stash[vc->stash_pos];
+
+		got += verbs_first_recv(vc, wc, &out[got]);
+		if (got == limit)
+			break;
+		vc->stash_pos++;
+		got += verbs_decode(vc, wc, &out[got]);
+	}
 	int k = verbs_drain(vc, &out[got], limit - got);
 	if (k < 0)
 		return k;
