@@ -1,5 +1,4 @@
-/* The send-slot ring's set-up and its flush; the hot path is inline in
- * send_ring.h. */
+/* The send-slot ring's set-up; the hot path is inline in send_ring.h. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,23 +34,4 @@ void wimm_send_ring_fini(struct wimm_send_ring *r)
 {
 	free(r->slot);
 	r->slot = NULL;
-}
-
-int wimm_send_ring_flush(struct wimm_send_ring *r, int status, struct wimm_conn *conn,
-			 struct wimm_cqe *out, int room)
-{
-	int got = 0;
-
-	while (r->tail != r->head) {
-		const struct wimm_send_slot *s = &r->slot[(uint32_t)r->tail & r->mask];
-
-		if (!s->report) {
-			wimm_send_ring_retire(r, r->tail); /* nobody waits for it */
-			continue;
-		}
-		if (got == room)
-			break;
-		got += wimm_send_ring_complete(r, r->tail, status, 0, conn, &out[got]);
-	}
-	return got;
 }

@@ -11,8 +11,11 @@
  *   send has none of its own: the completion of a later one retires it
  *   (forced signals keep such runs shorter than half the ring, so a full
  *   ring always holds a signaled operation whose completion frees it).
- * - When the connection goes down what is outstanding is flushed: each slot
- *   that asked for a report gets a SEND_ERROR with the connection's status.
+ * - When the connection goes down, what is outstanding needs no flush here:
+ *   verbs flushes its QP (each WR completes with an error, through
+ *   wimm_send_ring_complete), and for every backend the core fails the
+ *   operations the application still waits for (conn_rx.c, fail_pending),
+ *   after the backend's CONN_DOWN and with its reason kept.
  *
  * The struct is in the header so that a backend embeds it (no allocation per
  * operation, no call on the hot path: push and retire are inline); only these
@@ -178,12 +181,5 @@ static inline int wimm_send_ring_complete(struct wimm_send_ring *r, uint64_t pos
 	};
 	return 1;
 }
-
-/* The connection went down: retire everything outstanding, oldest first,
- * filling out[] (room entries) with a SEND_ERROR of `status` for each
- * operation that asked for a report. Stops with the ring partly flushed when
- * room runs out (call again); returns the cqes filled. */
-int wimm_send_ring_flush(struct wimm_send_ring *r, int status, struct wimm_conn *conn,
-			 struct wimm_cqe *out, int room);
 
 #endif /* WIMM_SEND_RING_H */
