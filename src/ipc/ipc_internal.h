@@ -24,9 +24,8 @@
 #define IPC_DATA_RESET (1u << 20)
 #define IPC_MAX_DEPTH 16384
 #define IPC_MIN_ENTRIES 64
-#define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */
-#define IPC_HS_READ_MS 2000	   /* a request's handshake must follow its connect */
-#define IPC_PENDING 64		   /* connectors whose handshake is not here yet */
+#define IPC_HS_READ_MS 2000 /* a request's handshake must follow its connect */
+#define IPC_PENDING 64	    /* connectors whose handshake is not here yet */
 /* Empty polls a busy connection stays watched (polled directly, its
  * producer not setting bits): a round trip or two of a ping-pong. */
 #define IPC_LINGER 128
@@ -58,7 +57,7 @@ struct ipc_ctx {
 	struct ipc_conn *ready;
 	/* Connections with a CONN_UP or CONN_DOWN to report. */
 	struct ipc_conn *evq;
-	int64_t ctrl_next_ns;
+	struct wimm_ctl_throttle ctl; /* the connection sockets (liveness) */
 };
 
 /* What ipc keeps of an operation beside its send-ring slot (same index). */

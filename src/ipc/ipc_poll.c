@@ -363,11 +363,8 @@ int ipc_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* Awake: writers need not signal the eventfd any more. */
 	if (__atomic_load_n(&x->page->armed, __ATOMIC_RELAXED))
 		__atomic_store_n(&x->page->armed, 0, __ATOMIC_RELAXED);
-	int64_t now = wimm_coarse_ns();
-	if (now >= x->ctrl_next_ns) {
-		x->ctrl_next_ns = now + IPC_CTRL_PERIOD_NS;
+	if (wimm_ctl_due(&x->ctl))
 		ipc_ctrl(x);
-	}
 	ipc_collect_bits(x);
 	for (struct ipc_conn **pp = &x->ready; *pp && got < n;) {
 		struct ipc_conn *c = *pp;
@@ -403,7 +400,7 @@ int ipc_arm(void *bctx)
 	while (read(x->efd, &v, sizeof(v)) > 0)
 		;
 	/* Whatever woke us next, the sockets are looked at first. */
-	x->ctrl_next_ns = 0;
+	wimm_ctl_soon(&x->ctl);
 	__atomic_store_n(&x->page->armed, 1, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	int busy = __atomic_load_n(&x->page->summary, __ATOMIC_RELAXED) || x->evq;

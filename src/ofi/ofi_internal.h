@@ -27,10 +27,9 @@
 #define OFI_DEFAULT_TIMEOUT_MS 10000
 /* Ordering credits and doorbells rely on (see ofi_hints). */
 #define OFI_ORDER (FI_ORDER_WAW | FI_ORDER_SAW)
-#define OFI_CTRL_PERIOD_NS 1000000 /* control plane looked at in poll(): 1 ms */
-#define OFI_SCAN_EVERY 8	   /* MSG: readiness scan at least every 8th poll */
-#define OFI_LINGER 4		   /* MSG: empty reads before a busy conn goes cold */
-#define OFI_LANE_PEERS 256	   /* shm: SMR_MAX_PEERS, what one endpoint maps */
+#define OFI_SCAN_EVERY 8   /* MSG: readiness scan at least every 8th poll */
+#define OFI_LINGER 4	   /* MSG: empty reads before a busy conn goes cold */
+#define OFI_LANE_PEERS 256 /* shm: SMR_MAX_PEERS, what one endpoint maps */
 #define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
@@ -97,8 +96,8 @@ struct ofi_ctx {
 	struct ofi_lane *lanes, *lane_rr;
 	uint32_t nkick; /* RDM: connections with kicking set */
 	uint32_t polls;
-	uint64_t ctrl_next_ns;
-	struct fid **fids; /* scratch for fi_trywait */
+	struct wimm_ctl_throttle ctl; /* RDM: the liveness sockets */
+	struct fid **fids;	      /* scratch for fi_trywait */
 	size_t fids_cap;
 	int atomics;	      /* 64-bit fetch-add and compare-swap usable */
 	char atomic_why[160]; /* ... else why not (ofi_atomic_probe) */

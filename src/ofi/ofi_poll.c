@@ -388,15 +388,10 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* The liveness sockets at most every 1 ms, busy or not; the clock
 	 * itself only every 64th poll (even the coarse clock costs a few
 	 * percent of a 0.3 us shm round trip). */
-	if (++x->polls % 64 == 0) {
-		uint64_t now = (uint64_t)wimm_coarse_ns();
-
-		if (now >= x->ctrl_next_ns) {
-			x->ctrl_next_ns = now + OFI_CTRL_PERIOD_NS;
-			ofi_scan(x);
-			if (got < n)
-				got += ofi_poll_lanes(x, out + got, n - got);
-		}
+	if (++x->polls % 64 == 0 && wimm_ctl_due(&x->ctl)) {
+		ofi_scan(x);
+		if (got < n)
+			got += ofi_poll_lanes(x, out + got, n - got);
 	}
 	return got;
 }

@@ -642,7 +642,7 @@ static int verbs_arm(void *bctx)
 	struct verbs_ctx *vc = bctx;
 	int k;
 
-	vc->armed = 1;
+	wimm_ctl_soon(&vc->ctl); /* the blocking path: control channels first */
 	if (vc->stash_pos < vc->stash_n || vc->down_pending || vc->up_pending)
 		return WIMM_E_AGAIN;
 	if (ibv_req_notify_cq(vc->cq, 0))

@@ -23,9 +23,8 @@
 /* completions arm() may find after arming, or a poll could not return yet
  * (a batch cut short by a CONN_UP: see verbs_decode_all) */
 #define VERBS_STASH 32
-#define VERBS_ACK_BATCH 64    /* CQ events acknowledged per ibv_ack_cq_events */
-#define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
-#define VERBS_PDATA_MAX 256   /* largest cm private data we keep */
+#define VERBS_ACK_BATCH 64  /* CQ events acknowledged per ibv_ack_cq_events */
+#define VERBS_PDATA_MAX 256 /* largest cm private data we keep */
 #define VERBS_SRQ_AUTO_CONNS 16
 #define VERBS_SRQ_MAX 16384
 /* Polls in a row that filled the caller's array before pending CONN_DOWN /
@@ -55,8 +54,7 @@ struct verbs_ctx {
 	unsigned cq_unacked;
 	struct rdma_event_channel *cm_ch;
 	int epfd;
-	int armed; /* arm() ran: the next poll() is the blocking path */
-	int64_t last_ctl_ms;
+	struct wimm_ctl_throttle ctl; /* cm, async and CQ channels */
 	struct ibv_wc stash[VERBS_STASH];
 	int stash_n, stash_pos;
 

@@ -335,7 +335,6 @@ static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 {
 	struct verbs_ctx *vc = bctx;
-	int64_t now;
 	int got = 0;
 	/* A CONN_DOWN waits for the CQ to come back empty (so it follows the
 	 * connection's last completions), but not for ever: after a few polls
@@ -358,15 +357,10 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 	if (k < 0)
 		return k;
 	got += k;
-	/* The control channels at most once per clock tick, and always right
-	 * after arm() (the blocking path): also while the CQ keeps the array
-	 * full, so requests and disconnects are never starved by a stream. */
-	now = wimm_coarse_ns() / 1000000;
-	if (vc->armed || now - vc->last_ctl_ms >= VERBS_CTL_PERIOD_MS) {
-		vc->armed = 0;
-		vc->last_ctl_ms = now;
+	/* The control channels also while the CQ keeps the array full, so
+	 * requests and disconnects are never starved by a stream. */
+	if (wimm_ctl_due(&vc->ctl))
 		verbs_control(vc);
-	}
 	if (got == n) {
 		vc->full_polls++;
 		return got;
