@@ -77,7 +77,8 @@ int verbs_rx_release(void *bconn, uint32_t n)
 	struct verbs_conn *c = bconn;
 	int rc;
 
-	rc = wimm_recv_slots_check_release(&c->rx, n);
+	/* at most rx_depth in one batch: the size of rx_wr */
+	rc = n > c->rx_depth ? WIMM_E_INVAL : wimm_recv_slots_check_release(&c->rx, n);
 	if (rc)
 		return rc;
 	/* a QP in error would only flush them back */
