@@ -2,8 +2,10 @@
  *
  * The core owns everything that is the same on every fabric: URI parsing,
  * handshake encoding and strict decoding, bounds checks, credit accounting,
- * the event backlog and the wait modes. A backend owns its provider objects
- * and moves bytes. Division of work for each object:
+ * the event backlog and the wait modes, and the per-connection bookkeeping
+ * every backend embeds (core/send_ring.h, core/recv_slots.h; the down-state
+ * machine, forced signals and control-plane throttling below). A backend
+ * owns its provider objects and moves bytes. Division of work for each object:
  *
  *   core                                 backend
  *   struct wimm_ctx    -> void *bctx     device/domain, CQ(s), wait fd
