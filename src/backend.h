@@ -2,8 +2,10 @@
  *
  * The core owns everything that is the same on every fabric: URI parsing,
  * handshake encoding and strict decoding, bounds checks, credit accounting,
- * the event backlog and the wait modes. A backend owns its provider objects
- * and moves bytes. Division of work for each object:
+ * the event backlog and the wait modes, and the per-connection bookkeeping
+ * every backend embeds (core/send_ring.h, core/recv_slots.h; the down-state
+ * machine, forced signals and control-plane throttling below). A backend
+ * owns its provider objects and moves bytes. Division of work for each object:
  *
  *   core                                 backend
  *   struct wimm_ctx    -> void *bctx     device/domain, CQ(s), wait fd
@@ -84,7 +86,7 @@ struct wimm_wr {
 	 * may otherwise lose what is still in its socket when we go). RC
 	 * completions already mean that. */
 	int delivered;
-	uint64_t op_seq;  /* echoed in the completion */
+	uint64_t op_seq; /* echoed in the completion */
 };
 
 enum wimm_cqe_kind {
@@ -319,5 +321,32 @@ int64_t wimm_coarse_ns(void);
  * milliseconds left until it, clamped to 0..INT32_MAX for poll(2). */
 int64_t wimm_deadline_ms(int timeout_ms, int default_ms);
 int wimm_remaining_ms(int64_t deadline);
+
+/* Control-plane throttling, the same on every backend: a busy poll looks at
+ * the control plane (CM events, liveness sockets, async events) at most once
+ * a period, on the coarse clock, so a stream neither starves it nor pays a
+ * system call per poll; after arm() (the blocking path) the next poll looks
+ * at once. */
+#define WIMM_CTL_PERIOD_NS 1000000
+struct wimm_ctl_throttle {
+	int64_t next_ns;
+};
+
+/* 1 when the control plane is due now (and the next look a period away). */
+static inline int wimm_ctl_due(struct wimm_ctl_throttle *t)
+{
+	int64_t now = wimm_coarse_ns();
+
+	if (now < t->next_ns)
+		return 0;
+	t->next_ns = now + WIMM_CTL_PERIOD_NS;
+	return 1;
+}
+
+/* The next wimm_ctl_due() says yes. */
+static inline void wimm_ctl_soon(struct wimm_ctl_throttle *t)
+{
+	t->next_ns = 0;
+}
 
 #endif /* WIMM_BACKEND_H */

@@ -29,11 +29,17 @@ static uint32_t ipc_pow2(uint32_t v)
 	return n;
 }
 
-static int ipc_txq_new(struct ipc_conn *c, uint32_t entries)
+static int ipc_txq_new(struct ipc_conn *c, const struct wimm_conn_cfg *cfg)
 {
 	struct ipc_txq *q = &c->tx;
 	struct ipc_ctx *x = c->ctx;
+	uint32_t entries = ipc_pow2(cfg->sq_depth + cfg->sq_reserve);
+	int ret = wimm_send_ring_init(&q->ops, cfg->sq_depth, cfg->sq_reserve, entries);
 
+	/* The shared ring and the send ring: one index for both. */
+	if (ret)
+		return ret;
+	entries = wimm_send_ring_slots(&q->ops);
 	q->n = entries;
 	q->mask = entries - 1;
 	q->map_len = ipc_ring_bytes(entries, IPC_DATA_BYTES);
@@ -96,8 +102,8 @@ int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->peer_efd = -1;
 	for (int i = 0; i < IPC_NFDS; i++)
 		c->peer_fd[i] = -1;
-	c->sq_depth = cfg->sq_depth;
 	c->rx_depth = cfg->rx_depth;
+	wimm_recv_slots_init(&c->rx_slots, cfg->rx_depth);
 	c->recv_size = cfg->recv_size;
 	ret = ipc_conn_index(x, c);
 	if (ret)
@@ -109,7 +115,7 @@ int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 			goto err_delete;
 		}
 	}
-	ret = ipc_txq_new(c, ipc_pow2(cfg->sq_depth + cfg->sq_reserve));
+	ret = ipc_txq_new(c, cfg);
 	if (ret)
 		goto err_delete;
 	if (req) {
@@ -327,6 +333,7 @@ void ipc_conn_delete(void *bconn)
 	if (c->tx.fd >= 0)
 		close(c->tx.fd);
 	free(c->tx.rec);
+	wimm_send_ring_fini(&c->tx.ops);
 	free(c->slots);
 	free(c);
 }
@@ -385,10 +392,9 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	if (!c->mapped)
 		return WIMM_E_AGAIN;
 	/* The user's operations leave the reserve to the core's own. */
-	uint64_t limit = wr->internal ? q->n : c->sq_depth;
-	if (q->head - q->tail >= limit && ipc_tx_retire(c, NULL, 0) < 0)
+	if (!wimm_send_ring_has_room(&q->ops, wr->internal) && ipc_tx_retire(c, NULL, 0) < 0)
 		return WIMM_E_DISCONNECTED;
-	if (q->head - q->tail >= limit)
+	if (!wimm_send_ring_has_room(&q->ops, wr->internal))
 		return WIMM_E_AGAIN;
 	int atomic = ipc_is_atomic(wr->op);
 	/* An atomic's 8-byte result comes back in the entry. */
@@ -396,8 +402,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	int fetch = atomic || wr->op == WIMM_OP_READ;
 	uint64_t doff = 0, dend = q->data_head;
 	if (len > IPC_INLINE) {
-		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET && q->head != q->tail &&
-		    ipc_tx_retire(c, NULL, 0) < 0)
+		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET &&
+		    wimm_send_ring_outstanding(&q->ops) && ipc_tx_retire(c, NULL, 0) < 0)
 			return WIMM_E_DISCONNECTED;
 		doff = ipc_data_alloc(q, len, &dend);
 		if (doff == UINT64_MAX && ipc_tx_retire(c, NULL, 0) >= 0)
@@ -405,7 +411,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		if (doff == UINT64_MAX)
 			return WIMM_E_AGAIN;
 	}
-	struct ipc_entry *e = &q->ent[q->head & q->mask];
+	uint64_t head = wimm_send_ring_head(&q->ops);
+	struct ipc_entry *e = &q->ent[head & q->mask];
 	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
 	/* Reads and atomics complete only through the owner's look at them. */
@@ -425,19 +432,14 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	} else if (len && !fetch) {
 		memcpy(e->u.inl, wr->local, len);
 	}
-	q->rec[q->head & q->mask] = (struct ipc_tx){
-	    .op_seq = wr->op_seq,
+	q->rec[head & q->mask] = (struct ipc_tx){
 	    .data_end = dend,
 	    .local = fetch ? wr->local : NULL,
 	    .doff = doff,
-	    .len = len,
-	    .op = (uint8_t)wr->op,
-	    .signal = (uint8_t) !!wr->signal,
-	    .internal = (uint8_t) !!wr->internal,
 	};
 	q->data_head = dend;
-	q->head++;
-	__atomic_store_n(&e->seq, (uint32_t)q->head, __ATOMIC_RELEASE);
+	wimm_send_ring_push(&q->ops, wr, len, 1);
+	__atomic_store_n(&e->seq, (uint32_t)(head + 1), __ATOMIC_RELEASE);
 	ipc_notify(c->peer_page, &q->hdr->watch, c->peer_efd, c->peer_idx);
 	return 0;
 }
@@ -452,8 +454,9 @@ int ipc_rx_release(void *bconn, uint32_t n)
 	struct ipc_conn *c = bconn;
 
 	/* The slots are ours: handing them back is counting. */
-	if (n > c->rx_delivered - c->rx_released)
-		return WIMM_E_INVAL;
-	c->rx_released += n;
-	return 0;
+	int ret = wimm_recv_slots_check_release(&c->rx_slots, n);
+
+	if (!ret)
+		wimm_recv_slots_release(&c->rx_slots, n);
+	return ret;
 }

@@ -12,6 +12,8 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 #include "ipc/ipc_wire.h"
 
 #define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
@@ -22,9 +24,8 @@
 #define IPC_DATA_RESET (1u << 20)
 #define IPC_MAX_DEPTH 16384
 #define IPC_MIN_ENTRIES 64
-#define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */
-#define IPC_HS_READ_MS 2000	   /* a request's handshake must follow its connect */
-#define IPC_PENDING 64		   /* connectors whose handshake is not here yet */
+#define IPC_HS_READ_MS 2000 /* a request's handshake must follow its connect */
+#define IPC_PENDING 64	    /* connectors whose handshake is not here yet */
 /* Empty polls a busy connection stays watched (polled directly, its
  * producer not setting bits): a round trip or two of a ping-pong. */
 #define IPC_LINGER 128
@@ -56,16 +57,14 @@ struct ipc_ctx {
 	struct ipc_conn *ready;
 	/* Connections with a CONN_UP or CONN_DOWN to report. */
 	struct ipc_conn *evq;
-	int64_t ctrl_next_ns;
+	struct wimm_ctl_throttle ctl; /* the connection sockets (liveness) */
 };
 
+/* What ipc keeps of an operation beside its send-ring slot (same index). */
 struct ipc_tx {
-	uint64_t op_seq;
 	uint64_t data_end; /* data area position after this entry's payload */
 	void *local;	   /* READ: where the bytes go */
 	uint64_t doff;	   /* our own copy: the peer can rewrite the entry */
-	uint32_t len;
-	uint8_t op, signal, internal;
 };
 
 /* One direction as its producer sees it (our tx ring, in our memfd). */
@@ -76,7 +75,7 @@ struct ipc_txq {
 	uint8_t *data;
 	size_t map_len;
 	uint32_t n, mask;
-	uint64_t head, tail;	       /* published / retired */
+	struct wimm_send_ring ops;     /* head: published, tail: retired */
 	uint64_t data_head, data_tail; /* byte positions in the data area */
 	struct ipc_tx *rec;
 };
@@ -118,13 +117,12 @@ struct ipc_conn {
 	struct ipc_page *peer_page;
 	int peer_efd;
 
-	uint32_t sq_depth;
 	struct ipc_txq tx;
 	struct ipc_rxq rx;
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *slots;
-	uint64_t rx_delivered, rx_released; /* doorbells handed out / handed back */
+	struct wimm_recv_slots rx_slots; /* every doorbell counts (overdraft) */
 };
 
 struct ipc_req {

@@ -103,7 +103,7 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 			memcpy(at, src, e->len);
 		if (e->op == IPC_OP_WRITE)
 			return 0;
-		c->rx_delivered++;
+		wimm_recv_slots_deliver(&c->rx_slots);
 		*out = (struct wimm_cqe){
 		    .kind = WIMM_CQE_RECV_WRITE_IMM, .conn = c->core, .imm = e->imm, .len = e->len};
 		return 1;
@@ -115,12 +115,13 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		/* Every slot is still the application's: a peer beyond its
 		 * credits (the core would drop it too, but only after this
 		 * slot were overwritten). */
-		if (c->rx_delivered - c->rx_released >= c->rx_depth)
+		if (wimm_recv_slots_full(&c->rx_slots))
 			return WIMM_E_OVERDRAFT;
-		uint8_t *slot = c->slots + (c->rx_delivered % c->rx_depth) * c->recv_size;
+		uint8_t *slot =
+		    c->slots + (size_t)wimm_recv_slots_next(&c->rx_slots) * c->recv_size;
 		if (e->len)
 			memcpy(slot, src, e->len);
-		c->rx_delivered++;
+		wimm_recv_slots_deliver(&c->rx_slots);
 		*out = (struct wimm_cqe){.kind = WIMM_CQE_RECV_SEND_IMM,
 					 .conn = c->core,
 					 .imm = e->imm,
@@ -206,43 +207,37 @@ int ipc_tx_retire(struct ipc_conn *c, struct wimm_cqe *out, int room)
 {
 	struct ipc_txq *q = &c->tx;
 	uint64_t cons = __atomic_load_n(&q->hdr->cons, __ATOMIC_ACQUIRE);
+	uint64_t tail = wimm_send_ring_tail(&q->ops);
 	int got = 0;
 
-	if (cons - q->tail > q->head - q->tail) {
+	if (cons - tail > wimm_send_ring_outstanding(&q->ops)) {
 		wimm_ctx_set_provider_error(c->ctx->core, 0, "the peer consumed beyond our ring");
 		ipc_conn_down(c, WIMM_E_PROTO, 0);
 		return -1;
 	}
-	while (q->tail != cons) {
-		const struct ipc_tx *rec = &q->rec[q->tail & q->mask];
-		const struct ipc_entry *e = &q->ent[q->tail & q->mask];
+	/* Each entry the peer consumed completes on its own (no unsignaled
+	 * runs here): reads and atomics bring their bytes back in it. */
+	for (; tail != cons; tail++) {
+		const struct wimm_send_slot *s = wimm_send_ring_slot(&q->ops, tail);
+		const struct ipc_tx *rec = &q->rec[tail & q->mask];
+		const struct ipc_entry *e = &q->ent[tail & q->mask];
 		int32_t st = __atomic_load_n(&e->status, __ATOMIC_RELAXED);
-		int fetch = rec->op == WIMM_OP_READ || rec->op == WIMM_OP_FETCH_ADD ||
-			    rec->op == WIMM_OP_CMP_SWAP;
-		int need = rec->signal || st || fetch;
+		int fetch = s->op == WIMM_OP_READ || s->op == WIMM_OP_FETCH_ADD ||
+			    s->op == WIMM_OP_CMP_SWAP;
 
-		if (need && got >= room)
+		if ((s->report || st) && got >= room)
 			break;
-		if (rec->op == WIMM_OP_READ && !st && rec->len)
-			memcpy(rec->local, rec->len <= IPC_INLINE ? e->u.inl : q->data + rec->doff,
-			       rec->len);
-		else if (fetch && !st && rec->len)
+		if (s->op == WIMM_OP_READ && !st && s->len)
+			memcpy(rec->local, s->len <= IPC_INLINE ? e->u.inl : q->data + rec->doff,
+			       s->len);
+		else if (fetch && !st && s->len)
 			memcpy(rec->local, e->u.inl + IPC_ATOMIC_RESULT, 8);
-		if (need)
-			out[got++] = (struct wimm_cqe){
-			    .kind = st ? WIMM_CQE_SEND_ERROR : WIMM_CQE_SEND_DONE,
-			    .conn = c->core,
-			    .op = (enum wimm_op)rec->op,
-			    .op_seq = rec->op_seq,
-			    .len = rec->len,
-			    .internal = rec->internal,
-			    .status = st ? ipc_status(st) : 0,
-			};
 		/* Inline entries carry the position of their post: an area that
 		 * started over since is not given back twice. */
 		if (rec->data_end > q->data_tail)
 			q->data_tail = rec->data_end;
-		q->tail++;
+		got += wimm_send_ring_complete(&q->ops, tail, st ? ipc_status(st) : 0, 0, c->core,
+					       &out[got]);
 	}
 	return got;
 }
@@ -295,7 +290,8 @@ static int ipc_has_work(const struct ipc_conn *c)
 	const struct ipc_entry *e = &c->rx.ent[c->rx.cons & c->rx.mask];
 
 	return __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) == (uint32_t)(c->rx.cons + 1) ||
-	       __atomic_load_n(&c->tx.hdr->cons, __ATOMIC_ACQUIRE) != c->tx.tail;
+	       __atomic_load_n(&c->tx.hdr->cons, __ATOMIC_ACQUIRE) !=
+		   wimm_send_ring_tail(&c->tx.ops);
 }
 
 /* Stop watching c (its producer sets our bits again): 1 when something
@@ -325,7 +321,8 @@ static int ipc_service(struct ipc_conn *c, struct wimm_cqe *out, int room, int *
 	int r = ipc_tx_retire(c, out + got, room - got);
 	if (r > 0)
 		got += r;
-	if (r >= 0 && __atomic_load_n(&c->tx.hdr->cons, __ATOMIC_RELAXED) != c->tx.tail)
+	if (r >= 0 &&
+	    __atomic_load_n(&c->tx.hdr->cons, __ATOMIC_RELAXED) != wimm_send_ring_tail(&c->tx.ops))
 		*more = 1;
 	return got;
 }
@@ -366,11 +363,8 @@ int ipc_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* Awake: writers need not signal the eventfd any more. */
 	if (__atomic_load_n(&x->page->armed, __ATOMIC_RELAXED))
 		__atomic_store_n(&x->page->armed, 0, __ATOMIC_RELAXED);
-	int64_t now = wimm_coarse_ns();
-	if (now >= x->ctrl_next_ns) {
-		x->ctrl_next_ns = now + IPC_CTRL_PERIOD_NS;
+	if (wimm_ctl_due(&x->ctl))
 		ipc_ctrl(x);
-	}
 	ipc_collect_bits(x);
 	for (struct ipc_conn **pp = &x->ready; *pp && got < n;) {
 		struct ipc_conn *c = *pp;
@@ -406,7 +400,7 @@ int ipc_arm(void *bctx)
 	while (read(x->efd, &v, sizeof(v)) > 0)
 		;
 	/* Whatever woke us next, the sockets are looked at first. */
-	x->ctrl_next_ns = 0;
+	wimm_ctl_soon(&x->ctl);
 	__atomic_store_n(&x->page->armed, 1, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	int busy = __atomic_load_n(&x->page->summary, __ATOMIC_RELAXED) || x->evq;

@@ -49,7 +49,8 @@ void ofi_atomic_probe(struct ofi_ctx *x)
 
 static int ofi_atomic_operands(struct ofi_conn *c)
 {
-	size_t bytes = (size_t)c->tx_max * 2 * sizeof(uint64_t);
+	/* Two words per send slot: the slot index names them. */
+	size_t bytes = (size_t)wimm_send_ring_slots(&c->sq) * 2 * sizeof(uint64_t);
 	int ret;
 
 	c->atom = aligned_alloc(64, (bytes + 63) & ~(size_t)63);

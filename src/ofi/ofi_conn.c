@@ -27,9 +27,10 @@ static int ofi_conn_alloc_rx(struct ofi_conn *c)
 	return 0;
 }
 
-static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
+/* The next receive slot, in ring order. */
+static int ofi_post_slot(struct ofi_conn *c)
 {
-	uint32_t i = (uint32_t)(pos % c->rx_depth);
+	uint32_t i = wimm_recv_slots_post_slot(&c->rx, 0);
 	struct iovec iov = {.iov_base = c->rx_buf + (size_t)i * c->recv_size,
 			    .iov_len = c->recv_size};
 	void *desc = fi_mr_desc(c->rx_mr);
@@ -47,7 +48,10 @@ static int ofi_post_slot(struct ofi_conn *c, uint64_t pos)
 		ofi_conn_stash_cq(c);
 		ret = fi_recvmsg(c->ep, &m, FI_COMPLETION);
 	}
-	return ret ? ofi_err(c->ctx, (int)ret, "fi_recvmsg") : 0;
+	if (ret)
+		return ofi_err(c->ctx, (int)ret, "fi_recvmsg");
+	wimm_recv_slots_posted(&c->rx, 1);
+	return 0;
 }
 
 /* Slots are posted before the peer can send: MSG at enable, before the
@@ -60,7 +64,7 @@ int ofi_conn_post_slots(struct ofi_conn *c)
 	if (!c->recv_size)
 		return 0;
 	for (uint64_t i = 0; i < c->rx_depth; i++) {
-		ret = ofi_post_slot(c, i);
+		ret = ofi_post_slot(c);
 		if (ret)
 			return ret;
 	}
@@ -229,7 +233,7 @@ static void ofi_conn_free(struct ofi_conn *c)
 		fi_freeinfo(c->info);
 	free(c->frame);
 	free(c->rx_buf);
-	free(c->tx);
+	wimm_send_ring_fini(&c->sq);
 	free(c);
 }
 
@@ -249,16 +253,13 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->cq_fd = -1;
 	c->peer = FI_ADDR_UNSPEC;
 	c->active = !req;
-	c->sq_depth = cfg->sq_depth ? cfg->sq_depth : 1;
-	c->tx_max = c->sq_depth + cfg->sq_reserve;
-	wimm_signal_init(&c->sig, c->sq_depth);
+	c->tx_max = (cfg->sq_depth ? cfg->sq_depth : 1) + cfg->sq_reserve;
 	c->rx_depth = cfg->rx_depth ? cfg->rx_depth : 1;
 	c->recv_size = cfg->recv_size;
-	c->tx = calloc(c->tx_max, sizeof(*c->tx));
-	if (!c->tx) {
-		ret = WIMM_E_NOMEM;
+	wimm_recv_slots_init(&c->rx, c->rx_depth);
+	ret = wimm_send_ring_init(&c->sq, cfg->sq_depth ? cfg->sq_depth : 1, cfg->sq_reserve, 0);
+	if (ret)
 		goto err_free;
-	}
 	/* Cookies name (index, generation): registered before anything is posted. */
 	ret = ofi_conn_register(c);
 	if (ret)
@@ -300,7 +301,7 @@ err_unregister:
 	ofi_conn_free(c);
 	return ret;
 err_free:
-	free(c->tx);
+	wimm_send_ring_fini(&c->sq);
 	free(c);
 	return ret;
 }
@@ -392,8 +393,6 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint3
 int ofi_post(void *bconn, const struct wimm_wr *wr)
 {
 	struct ofi_conn *c = bconn;
-	uint32_t budget = wr->internal ? c->tx_max : c->sq_depth;
-	struct ofi_tx *t;
 	uint64_t flags = 0;
 	uint32_t pos;
 	int complete;
@@ -401,15 +400,15 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 
 	if (!c->enabled || c->down.state != WIMM_DOWN_ALIVE)
 		return WIMM_E_DISCONNECTED;
-	if (c->tx_head - c->tx_tail >= budget) {
+	if (!wimm_send_ring_has_room(&c->sq, wr->internal)) {
 		ofi_conn_stash_cq(c);
-		if (c->tx_head - c->tx_tail >= budget)
+		if (!wimm_send_ring_has_room(&c->sq, wr->internal))
 			return WIMM_E_AGAIN;
 	}
 	/* Unsignaled sends retire only through a later completion: force one
 	 * every sq_depth/2 so the queue space in use stays known. Reads always
 	 * complete (their bytes are only there then). */
-	complete = wimm_signal_needed(&c->sig, wr->signal || wr->op == WIMM_OP_READ);
+	complete = wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ);
 	if (complete)
 		flags |= FI_COMPLETION;
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
@@ -419,14 +418,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	if (wr->delivered && c->ctx->msg)
 		flags |= FI_DELIVERY_COMPLETE;
 
-	pos = (uint32_t)(c->tx_head % c->tx_max);
-	t = &c->tx[pos];
-	t->seq = c->tx_head;
-	t->op_seq = wr->op_seq;
-	t->len = (uint32_t)wr->len;
-	t->op = wr->op;
-	t->signal = wr->signal;
-	t->internal = wr->internal;
+	pos = wimm_send_ring_index(&c->sq, wimm_send_ring_head(&c->sq));
 	ret = ofi_post_once(c, wr, pos, flags);
 	if (ret == -FI_EAGAIN) {
 		ofi_conn_stash_cq(c);
@@ -436,8 +428,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		return WIMM_E_AGAIN;
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
-	c->tx_head++;
-	wimm_signal_posted(&c->sig, complete);
+	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
 		ofi_hot_add(c);
@@ -447,21 +438,20 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 int ofi_rx_release(void *bconn, uint32_t n)
 {
 	struct ofi_conn *c = bconn;
-	uint64_t avail;
+	uint64_t held = wimm_recv_slots_held(&c->rx);
 	int ret;
 
 	if (!c->recv_size || !c->slots_posted)
 		return 0;
 	/* Write-with-imm consumes no slot here: only slots whose send-with-imm
 	 * was handed out go back, oldest first. */
-	avail = c->rx_delivered - c->rx_reposted;
-	if (n > avail)
-		n = (uint32_t)avail;
+	if (n > held)
+		n = (uint32_t)held;
 	for (uint32_t i = 0; i < n; i++) {
-		ret = ofi_post_slot(c, c->rx_reposted);
+		ret = ofi_post_slot(c);
 		if (ret)
 			return ret;
-		c->rx_reposted++;
+		wimm_recv_slots_release(&c->rx, 1);
 	}
 	/* A message tcp already read may be waiting for this slot: read the
 	 * CQ at the next poll even if its fd stays quiet. */

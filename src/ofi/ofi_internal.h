@@ -19,16 +19,17 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
 #define OFI_DEFAULT_TIMEOUT_MS 10000
 /* Ordering credits and doorbells rely on (see ofi_hints). */
 #define OFI_ORDER (FI_ORDER_WAW | FI_ORDER_SAW)
-#define OFI_CTRL_PERIOD_NS 1000000 /* control plane looked at in poll(): 1 ms */
-#define OFI_SCAN_EVERY 8	   /* MSG: readiness scan at least every 8th poll */
-#define OFI_LINGER 4		   /* MSG: empty reads before a busy conn goes cold */
-#define OFI_LANE_PEERS 256	   /* shm: SMR_MAX_PEERS, what one endpoint maps */
+#define OFI_SCAN_EVERY 8   /* MSG: readiness scan at least every 8th poll */
+#define OFI_LINGER 4	   /* MSG: empty reads before a busy conn goes cold */
+#define OFI_LANE_PEERS 256 /* shm: SMR_MAX_PEERS, what one endpoint maps */
 #define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
@@ -95,20 +96,11 @@ struct ofi_ctx {
 	struct ofi_lane *lanes, *lane_rr;
 	uint32_t nkick; /* RDM: connections with kicking set */
 	uint32_t polls;
-	uint64_t ctrl_next_ns;
-	struct fid **fids; /* scratch for fi_trywait */
+	struct wimm_ctl_throttle ctl; /* RDM: the liveness sockets */
+	struct fid **fids;	      /* scratch for fi_trywait */
 	size_t fids_cap;
 	int atomics;	      /* 64-bit fetch-add and compare-swap usable */
 	char atomic_why[160]; /* ... else why not (ofi_atomic_probe) */
-};
-
-struct ofi_tx {
-	uint64_t seq; /* absolute position in the tx stream */
-	uint64_t op_seq;
-	uint32_t len;
-	enum wimm_op op;
-	int signal;
-	int internal;
 };
 
 struct ofi_conn {
@@ -144,16 +136,14 @@ struct ofi_conn {
 	uint8_t *frame; /* RDM accept: our handshake, sent by conn_ready */
 	size_t frame_len;
 
-	uint32_t sq_depth, tx_max;
-	struct wimm_signal_policy sig; /* forced completions */
-	uint64_t tx_head, tx_tail;     /* posted / retired positions */
-	struct ofi_tx *tx;
+	uint32_t tx_max;	  /* operations outstanding at most (CQ sizing) */
+	struct wimm_send_ring sq; /* slot index = cookie position */
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *rx_buf;
 	struct fid_mr *rx_mr;
 	int slots_posted;
-	uint64_t rx_delivered, rx_reposted; /* slots handed out / posted again */
+	struct wimm_recv_slots rx; /* send-with-imm slots: a write-with-imm takes none */
 
 	struct wimm_cqe stash[OFI_STASH];
 	unsigned stash_head, stash_len;

@@ -222,7 +222,7 @@ void ofi_lane_leave(struct ofi_conn *c)
 	ofi_lane_cut(c);
 	/* A peer that died with an operation awaiting its answer blocks the
 	 * lane's response queue: no new connections there. */
-	if (c->down.state == WIMM_DOWN_REPORTED && c->tx_head != c->tx_tail)
+	if (c->down.state == WIMM_DOWN_REPORTED && wimm_send_ring_outstanding(&c->sq))
 		l->retired = 1;
 	l->members--;
 	l->cq_reserved -= (size_t)c->tx_max + c->rx_depth + 16;
@@ -418,7 +418,7 @@ int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, i
 		if (r->e.kind == WIMM_CQE_CONN_DOWN) {
 			c->down.state = WIMM_DOWN_REPORTED;
 		} else if (r->e.kind == WIMM_CQE_RECV_SEND_IMM) {
-			c->rx_delivered++;
+			wimm_recv_slots_deliver(&c->rx);
 		}
 		out[got++] = r->e;
 	}

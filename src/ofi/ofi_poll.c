@@ -68,12 +68,13 @@ void ofi_epoll_del(struct ofi_ctx *x, int fd)
 	epoll_ctl(x->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-static struct ofi_tx *ofi_tx_of(struct ofi_conn *c, const void *k)
+/* The outstanding send position a cookie names, UINT64_MAX for none (not
+ * ours, or retired already by a later completion). */
+static uint64_t ofi_tx_of(struct ofi_conn *c, const void *k)
 {
-	if (!k || ofi_cookie_is_slot(k) || ofi_cookie_conn(c->ctx, k) != c ||
-	    ofi_cookie_pos(k) >= c->tx_max)
-		return NULL;
-	return &c->tx[ofi_cookie_pos(k)];
+	if (!k || ofi_cookie_is_slot(k) || ofi_cookie_conn(c->ctx, k) != c)
+		return UINT64_MAX;
+	return wimm_send_ring_pos_of_index(&c->sq, ofi_cookie_pos(k));
 }
 
 static int ofi_is_slot(struct ofi_conn *c, const void *k)
@@ -82,17 +83,9 @@ static int ofi_is_slot(struct ofi_conn *c, const void *k)
 	       ofi_cookie_pos(k) < c->rx_depth;
 }
 
-static void ofi_retire(struct ofi_conn *c, const struct ofi_tx *t)
-{
-	/* Sends complete in order: this one retires every unsignaled one before it. */
-	if (t->seq + 1 > c->tx_tail)
-		c->tx_tail = t->seq + 1;
-}
-
 int ofi_convert(struct ofi_conn *c, const struct fi_cq_data_entry *d, struct wimm_cqe *e)
 {
 	int wide = c->ctx->info->domain_attr->cq_data_size >= 8;
-	const struct ofi_tx *t;
 
 	memset(e, 0, sizeof(*e));
 	e->conn = c->core;
@@ -109,24 +102,15 @@ int ofi_convert(struct ofi_conn *c, const struct fi_cq_data_entry *d, struct wim
 		}
 		return 1;
 	}
-	t = ofi_tx_of(c, d->op_context);
-	if (!t)
-		return 0;
-	ofi_retire(c, t);
-	if (!t->signal)
-		return 0; /* a forced completion: internal bookkeeping only */
-	e->kind = WIMM_CQE_SEND_DONE;
-	e->op = t->op;
-	e->len = t->len;
-	e->op_seq = t->op_seq;
-	e->internal = t->internal;
-	return 1;
+	/* Sends complete in order: this one retires every unsignaled one
+	 * before it; a forced completion reports nothing. */
+	return wimm_send_ring_complete(&c->sq, ofi_tx_of(c, d->op_context), 0, 0, c->core, e);
 }
 
 int ofi_convert_err(struct ofi_conn *c, const struct fi_cq_err_entry *err, struct fid_cq *cq,
 		    struct wimm_cqe *e)
 {
-	const struct ofi_tx *t;
+	uint64_t pos;
 	char text[200];
 
 	memset(e, 0, sizeof(*e));
@@ -149,20 +133,15 @@ int ofi_convert_err(struct ofi_conn *c, const struct fi_cq_err_entry *err, struc
 	snprintf(text, sizeof(text), "completion error: %s (%s)", fi_strerror(err->err),
 		 fi_cq_strerror(cq, err->prov_errno, err->err_data, NULL, 0));
 	wimm_ctx_set_provider_error(c->ctx->core, -err->err, text);
-	e->kind = WIMM_CQE_SEND_ERROR;
-	t = ofi_tx_of(c, err->op_context);
-	if (t) {
-		ofi_retire(c, t);
-	} else {
-		/* An injected op has no context: blame the oldest outstanding one. */
-		t = &c->tx[c->tx_tail % c->tx_max];
-		if (c->tx_tail < c->tx_head)
-			c->tx_tail++;
-	}
-	e->op = t->op ? t->op : WIMM_OP_WRITE_IMM;
-	e->op_seq = t->op_seq;
-	e->internal = t->internal;
-	return 1;
+	pos = ofi_tx_of(c, err->op_context);
+	/* An injected op has no context: blame the oldest outstanding one. */
+	if (pos == UINT64_MAX && !err->op_context && wimm_send_ring_outstanding(&c->sq))
+		pos = wimm_send_ring_tail(&c->sq);
+	if (wimm_send_ring_complete(&c->sq, pos, e->status, e->prov_err, c->core, e))
+		return 1;
+	/* None outstanding to blame: the endpoint itself failed. */
+	ofi_conn_down(c, e->status, e->prov_err);
+	return 0;
 }
 
 /* MSG: the connection's own CQ into out. */
@@ -298,7 +277,7 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 		got++;
 	for (int i = 0; i < got; i++)
 		if (out[i].kind == WIMM_CQE_RECV_SEND_IMM)
-			c->rx_delivered++;
+			wimm_recv_slots_deliver(&c->rx);
 	return got;
 }
 
@@ -409,15 +388,10 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* The liveness sockets at most every 1 ms, busy or not; the clock
 	 * itself only every 64th poll (even the coarse clock costs a few
 	 * percent of a 0.3 us shm round trip). */
-	if (++x->polls % 64 == 0) {
-		uint64_t now = (uint64_t)wimm_coarse_ns();
-
-		if (now >= x->ctrl_next_ns) {
-			x->ctrl_next_ns = now + OFI_CTRL_PERIOD_NS;
-			ofi_scan(x);
-			if (got < n)
-				got += ofi_poll_lanes(x, out + got, n - got);
-		}
+	if (++x->polls % 64 == 0 && wimm_ctl_due(&x->ctl)) {
+		ofi_scan(x);
+		if (got < n)
+			got += ofi_poll_lanes(x, out + got, n - got);
 	}
 	return got;
 }

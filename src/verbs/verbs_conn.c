@@ -279,8 +279,7 @@ static int verbs_rx_alloc(struct verbs_conn *c)
 
 	c->rx_wr = calloc(c->rx_depth, sizeof(*c->rx_wr));
 	c->rx_sge = calloc(c->rx_depth, sizeof(*c->rx_sge));
-	c->ss = calloc(c->sq_size, sizeof(*c->ss));
-	if (!c->rx_wr || !c->rx_sge || !c->ss)
+	if (!c->rx_wr || !c->rx_sge)
 		return WIMM_E_NOMEM;
 	if (!c->recv_size)
 		return 0;
@@ -302,7 +301,7 @@ static void verbs_rx_free(struct verbs_conn *c)
 	free(c->rx_buf);
 	free(c->rx_wr);
 	free(c->rx_sge);
-	free(c->ss);
+	wimm_send_ring_fini(&c->sq);
 }
 
 /* QP on c->id, then the receive window, before the peer can send. */
@@ -381,14 +380,14 @@ int verbs_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void
 	c->cm_ev = -1;
 	c->rx_depth = cfg->rx_depth;
 	c->recv_size = cfg->recv_size;
-	c->sq_depth = cfg->sq_depth;
 	c->sq_size = cfg->sq_depth + cfg->sq_reserve;
-	/* forced signals over the whole send queue (backend.h) */
-	wimm_signal_init(&c->sig, c->sq_size);
+	wimm_recv_slots_init(&c->rx, cfg->rx_depth);
 	/* an SRQ holds zero-length receives only: slots with buffers stay in
 	 * per-connection order on an RQ of their own */
 	c->use_srq = !cfg->recv_size && verbs_srq_for(vc, cfg->rx_depth);
-	rc = verbs_rx_alloc(c);
+	rc = wimm_send_ring_init(&c->sq, cfg->sq_depth, cfg->sq_reserve, 0);
+	if (!rc)
+		rc = verbs_rx_alloc(c);
 	if (rc)
 		goto err_free_rx;
 	if (r) {
@@ -565,7 +564,7 @@ void verbs_conn_delete(void *bconn)
 		vc->up_pending--;
 	if (c->srq_counted) {
 		/* its still-posted share of the SRQ serves the next connection */
-		uint64_t held = c->rx_consumed - c->rx_released;
+		uint64_t held = wimm_recv_slots_held(&c->rx);
 
 		vc->srq_used -= c->rx_depth;
 		vc->srq_spare += held < c->rx_depth ? c->rx_depth - (uint32_t)held : 0;

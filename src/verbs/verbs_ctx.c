@@ -139,6 +139,15 @@ void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov)
 		c->vc->down_pending++;
 }
 
+/* The passive side's set-up is over: one CONN_UP to report from poll. */
+void verbs_conn_mark_up(struct verbs_conn *c)
+{
+	c->accepting = 0;
+	c->established = 1;
+	c->up = 1;
+	c->vc->up_pending++;
+}
+
 static void verbs_all_down(struct verbs_ctx *vc, int status, int prov, int port)
 {
 	uint32_t i;
@@ -151,20 +160,21 @@ static void verbs_all_down(struct verbs_ctx *vc, int status, int prov, int port)
 	}
 }
 
-static void verbs_cm_event(struct verbs_ctx *vc, struct rdma_cm_event *ev)
+static void verbs_cm_event(struct rdma_cm_event *ev)
 {
 	struct verbs_conn *c = ev->id->context;
 	size_t len;
 
 	if (!c)
 		return; /* a request not yet taken by conn_new */
+	/* Data came first (verbs_decode_all) and made it up already. */
+	if (ev->event == RDMA_CM_EVENT_ESTABLISHED && c->established)
+		return;
 	if (c->accepting) {
 		/* The passive side's set-up ends here, reported from poll. */
 		c->accepting = 0;
 		if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
-			c->established = 1;
-			c->up = 1;
-			vc->up_pending++;
+			verbs_conn_mark_up(c);
 		} else {
 			c->accepting = 1; /* so that mark_down reports it */
 			verbs_conn_mark_down(c, WIMM_E_DISCONNECTED, ev->event);
@@ -206,7 +216,7 @@ int verbs_cm_drain(struct verbs_ctx *vc)
 	int n = 0;
 
 	while (rdma_get_cm_event(vc->cm_ch, &ev) == 0) {
-		verbs_cm_event(vc, ev);
+		verbs_cm_event(ev);
 		rdma_ack_cm_event(ev);
 		n++;
 	}
@@ -231,6 +241,16 @@ static void verbs_async_drain(struct verbs_ctx *vc)
 			c = ae.element.qp->qp_context;
 			if (c) {
 				atomic_store(&c->async_ev, ae.event_type + 1);
+				atomic_store(&c->vc->async_flag, 1);
+			}
+			break;
+		case IBV_EVENT_COMM_EST:
+			/* The peer's first message reached a QP whose RTU the CM
+			 * has not seen: tell librdmacm, which then delivers
+			 * ESTABLISHED (rdma_notify(3)); the owner calls it. */
+			c = ae.element.qp->qp_context;
+			if (c) {
+				atomic_store(&c->comm_est, 1);
 				atomic_store(&c->vc->async_flag, 1);
 			}
 			break;
@@ -304,6 +324,11 @@ void verbs_control(struct verbs_ctx *vc)
 
 			if (ev)
 				verbs_conn_mark_down(c, WIMM_E_PROVIDER, ev - 1);
+			/* EISCONN: the CM got there first, as it may. */
+			if (c && atomic_exchange(&c->comm_est, 0) &&
+			    rdma_notify(c->id, IBV_EVENT_COMM_EST) && errno != EISCONN)
+				verbs_err(vc, 0, errno, "rdma_notify(COMM_EST): %s",
+					  strerror(errno));
 		}
 	}
 }
@@ -617,7 +642,7 @@ static int verbs_arm(void *bctx)
 	struct verbs_ctx *vc = bctx;
 	int k;
 
-	vc->armed = 1;
+	wimm_ctl_soon(&vc->ctl); /* the blocking path: control channels first */
 	if (vc->stash_pos < vc->stash_n || vc->down_pending || vc->up_pending)
 		return WIMM_E_AGAIN;
 	if (ibv_req_notify_cq(vc->cq, 0))

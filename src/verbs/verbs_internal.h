@@ -17,11 +17,14 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "core/recv_slots.h"
+#include "core/send_ring.h"
 
-#define VERBS_STASH 16	      /* completions arm() may find after arming */
-#define VERBS_ACK_BATCH 64    /* CQ events acknowledged per ibv_ack_cq_events */
-#define VERBS_CTL_PERIOD_MS 1 /* control channels checked at most this often */
-#define VERBS_PDATA_MAX 256   /* largest cm private data we keep */
+/* completions arm() may find after arming, or a poll could not return yet
+ * (a batch cut short by a CONN_UP: see verbs_decode_all) */
+#define VERBS_STASH 32
+#define VERBS_ACK_BATCH 64  /* CQ events acknowledged per ibv_ack_cq_events */
+#define VERBS_PDATA_MAX 256 /* largest cm private data we keep */
 #define VERBS_SRQ_AUTO_CONNS 16
 #define VERBS_SRQ_MAX 16384
 /* Polls in a row that filled the caller's array before pending CONN_DOWN /
@@ -51,8 +54,7 @@ struct verbs_ctx {
 	unsigned cq_unacked;
 	struct rdma_event_channel *cm_ch;
 	int epfd;
-	int armed; /* arm() ran: the next poll() is the blocking path */
-	int64_t last_ctl_ms;
+	struct wimm_ctl_throttle ctl; /* cm, async and CQ channels */
 	struct ibv_wc stash[VERBS_STASH];
 	int stash_n, stash_pos;
 
@@ -78,13 +80,6 @@ struct verbs_ctx {
 	char errbuf[160];
 };
 
-struct verbs_sslot {
-	uint64_t op_seq;
-	uint8_t op;
-	uint8_t internal;
-	uint8_t report; /* the caller asked for SEND_DONE */
-};
-
 struct verbs_conn {
 	struct verbs_ctx *vc;
 	struct wimm_conn *core;
@@ -99,6 +94,7 @@ struct verbs_conn {
 	struct wimm_down down; /* backend.h's state machine */
 	int up;		       /* 1 CONN_UP to report, 2 reported */
 	atomic_int async_ev;   /* QP async event seen by some context, + 1 */
+	atomic_int comm_est;   /* IBV_EVENT_COMM_EST seen: rdma_notify due */
 
 	/* last rdma_cm event while connecting or accepting */
 	int cm_ev, cm_status;
@@ -106,12 +102,9 @@ struct verbs_conn {
 	size_t pdata_len;
 	uint8_t resp_res, init_depth; /* from the request (passive side) */
 
-	/* send queue: ring of sq_size slots, freed in order */
-	uint32_t sq_depth, sq_size;
-	struct verbs_sslot *ss;
-	uint64_t sq_posted, sq_done;
-	uint32_t user_out;
-	struct wimm_signal_policy sig; /* forced signals */
+	/* send queue: sq_depth + sq_reserve slots, freed in order */
+	uint32_t sq_size;
+	struct wimm_send_ring sq;
 	uint32_t max_inline;
 
 	/* receive window */
@@ -122,7 +115,7 @@ struct verbs_conn {
 	struct ibv_mr *rx_mr;
 	struct ibv_recv_wr *rx_wr;
 	struct ibv_sge *rx_sge;
-	uint64_t rx_posted, rx_consumed, rx_released;
+	struct wimm_recv_slots rx;
 };
 
 /* verbs_ctx.c */
@@ -132,6 +125,7 @@ int verbs_tab_add(struct verbs_ctx *vc, struct verbs_conn *c);
 void verbs_tab_del(struct verbs_ctx *vc, struct verbs_conn *c);
 struct verbs_conn *verbs_tab_find(const struct verbs_ctx *vc, uint32_t qp_num);
 void verbs_conn_mark_down(struct verbs_conn *c, int status, int prov);
+void verbs_conn_mark_up(struct verbs_conn *c);
 void verbs_control(struct verbs_ctx *vc);
 int verbs_cm_drain(struct verbs_ctx *vc);
 uint32_t verbs_probe_inline(struct ibv_pd *pd, struct ibv_cq *cq);

@@ -9,7 +9,7 @@
 
 #include "verbs/verbs_internal.h"
 
-#define VERBS_POLL_BATCH 32
+#define VERBS_POLL_BATCH VERBS_STASH /* what a batch leaves over fits the stash */
 
 int verbs_status_to_wimm(enum ibv_wc_status st)
 {
@@ -48,7 +48,7 @@ int verbs_rx_post(struct verbs_conn *c, uint32_t n)
 	for (i = 0; i < n; i++) {
 		struct ibv_recv_wr *w = &c->rx_wr[i];
 
-		slot = (uint32_t)((c->rx_posted + i) % c->rx_depth);
+		slot = wimm_recv_slots_post_slot(&c->rx, i);
 		w->wr_id = VERBS_WRID_RECV | VERBS_WRID(c->use_srq ? 0 : c->gen, slot);
 		w->next = i + 1 < n ? &c->rx_wr[i + 1] : NULL;
 		if (c->recv_size) {
@@ -68,7 +68,7 @@ int verbs_rx_post(struct verbs_conn *c, uint32_t n)
 	if (rc)
 		return verbs_err(c->vc, WIMM_E_PROVIDER, rc, "ibv_post_recv(%u): %s", n,
 				 strerror(rc));
-	c->rx_posted += n;
+	wimm_recv_slots_posted(&c->rx, n);
 	return 0;
 }
 
@@ -77,16 +77,15 @@ int verbs_rx_release(void *bconn, uint32_t n)
 	struct verbs_conn *c = bconn;
 	int rc;
 
-	if (n > c->rx_depth || n > c->rx_consumed - c->rx_released)
-		return WIMM_E_INVAL;
-	if (c->dead) {
-		/* a QP in error would only flush them back */
-		c->rx_released += n;
-		return 0;
-	}
-	rc = verbs_rx_post(c, n);
+	/* at most rx_depth in one batch: the size of rx_wr */
+	rc = n > c->rx_depth ? WIMM_E_INVAL : wimm_recv_slots_check_release(&c->rx, n);
+	if (rc)
+		return rc;
+	/* a QP in error would only flush them back */
+	if (!c->dead)
+		rc = verbs_rx_post(c, n);
 	if (!rc)
-		c->rx_released += n;
+		wimm_recv_slots_release(&c->rx, n);
 	return rc;
 }
 
@@ -96,14 +95,12 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 	struct verbs_conn *c = bconn;
 	struct ibv_send_wr swr, *bad;
 	struct ibv_sge sge;
-	struct verbs_sslot *s;
-	uint32_t out = (uint32_t)(c->sq_posted - c->sq_done);
 	int signaled, rc;
 
 	if (c->dead)
 		return WIMM_E_DISCONNECTED;
 	/* user WRs get sq_depth slots; the core's credit writes the rest */
-	if (out >= c->sq_size || (!wr->internal && c->user_out >= c->sq_depth))
+	if (!wimm_send_ring_has_room(&c->sq, wr->internal))
 		return WIMM_E_AGAIN;
 
 	memset(&swr, 0, sizeof(swr));
@@ -150,10 +147,10 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 		    wr->len <= c->max_inline)
 			swr.send_flags |= IBV_SEND_INLINE;
 	}
-	signaled = wimm_signal_needed(&c->sig, wr->signal);
+	signaled = wimm_send_ring_must_signal(&c->sq, wr->signal);
 	if (signaled)
 		swr.send_flags |= IBV_SEND_SIGNALED;
-	swr.wr_id = VERBS_WRID(c->gen, c->sq_posted);
+	swr.wr_id = VERBS_WRID(c->gen, wimm_send_ring_head(&c->sq));
 
 	rc = ibv_post_send(c->qp, &swr, &bad);
 	if (rc) {
@@ -161,15 +158,11 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 			return WIMM_E_AGAIN;
 		return verbs_err(c->vc, WIMM_E_PROVIDER, rc, "ibv_post_send: %s", strerror(rc));
 	}
-	s = &c->ss[c->sq_posted % c->sq_size];
-	s->op_seq = wr->op_seq;
-	s->op = (uint8_t)wr->op;
-	s->internal = wr->internal ? 1 : 0;
-	s->report = wr->signal ? 1 : 0;
-	c->sq_posted++;
-	if (!wr->internal)
-		c->user_out++;
-	wimm_signal_posted(&c->sig, signaled);
+	/* An atomic's byte_len is the device's business: it moved a word. */
+	wimm_send_ring_push(
+	    &c->sq, wr,
+	    wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP ? 8u : (uint32_t)wr->len,
+	    signaled);
 	return 0;
 }
 
@@ -187,32 +180,15 @@ int verbs_post_atomic(void *bconn, const struct wimm_wr *wr)
 	return verbs_post(bconn, wr);
 }
 
-/* A send completion frees its slot and every earlier one (completions are
- * in order on a QP; unsignaled WRs before it are done too). */
-static struct verbs_sslot *verbs_sq_complete(struct verbs_conn *c, uint32_t low)
-{
-	uint32_t n = low - (uint32_t)c->sq_done + 1;
-	struct verbs_sslot *s = NULL;
-
-	if (n == 0 || n > c->sq_posted - c->sq_done)
-		return NULL; /* not outstanding: stale */
-	while (n--) {
-		s = &c->ss[c->sq_done % c->sq_size];
-		if (!s->internal)
-			c->user_out--;
-		c->sq_done++;
-	}
-	return s;
-}
-
 /* The one completion decoder. Returns 1 when *out was filled, 0 when the
  * completion is swallowed (forced signal, stale, flushed receive). */
 static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wimm_cqe *out)
 {
 	struct verbs_conn *c = verbs_tab_find(vc, wc->qp_num);
 	int is_recv = (wc->wr_id & VERBS_WRID_RECV) != 0;
-	struct verbs_sslot *s;
+	uint64_t pos;
 	uint32_t slot;
+	int status;
 
 	if (!c)
 		return 0; /* its connection was deleted */
@@ -231,7 +207,7 @@ static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wi
 			return 0;
 		}
 		slot = (uint32_t)wc->wr_id;
-		c->rx_consumed++;
+		wimm_recv_slots_deliver(&c->rx);
 		out->len = wc->byte_len;
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 			/* docs/errata.md E3: byte_len is the length of the write */
@@ -245,29 +221,19 @@ static int verbs_decode(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wi
 		return 1;
 	}
 
-	s = verbs_sq_complete(c, (uint32_t)wc->wr_id);
-	if (!s)
-		return 0;
-	out->op = (enum wimm_op)s->op;
-	out->op_seq = s->op_seq;
-	out->internal = s->internal;
-	if (wc->status == IBV_WC_SUCCESS) {
-		if (!s->report)
-			return 0; /* forced signal, swallowed */
-		out->kind = WIMM_CQE_SEND_DONE;
-		/* An atomic's byte_len is the device's business: it moved a word. */
-		out->len =
-		    (s->op == WIMM_OP_FETCH_ADD || s->op == WIMM_OP_CMP_SWAP) ? 8u : wc->byte_len;
-		return 1;
-	}
-	out->kind = WIMM_CQE_SEND_ERROR;
-	out->status = verbs_status_to_wimm(wc->status);
-	out->prov_err = wc->status;
+	/* A send completion retires its slot and every unsignaled one before
+	 * it (completions are in order on a QP). */
+	pos = wimm_send_ring_pos32(&c->sq, (uint32_t)wc->wr_id);
+	if (pos == UINT64_MAX)
+		return 0; /* not outstanding: stale */
+	if (wc->status == IBV_WC_SUCCESS)
+		return wimm_send_ring_complete(&c->sq, pos, 0, 0, c->core, out);
+	status = verbs_status_to_wimm(wc->status);
 	if (wc->status != IBV_WC_WR_FLUSH_ERR)
 		verbs_err(vc, 0, wc->status, "%s", ibv_wc_status_str(wc->status));
 	/* any send error leaves an RC QP in error: the connection is over */
-	verbs_conn_mark_down(c, out->status, wc->status);
-	return 1;
+	verbs_conn_mark_down(c, status, wc->status);
+	return wimm_send_ring_complete(&c->sq, pos, status, wc->status, c->core, out);
 }
 
 /* One CONN_DOWN per connection; also tell the peer at once. */
@@ -306,6 +272,48 @@ static int verbs_emit_up(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 	return got;
 }
 
+/* A receive completing on a connection still accepting: the peer's first
+ * message beat ESTABLISHED (the RTU is late or lost; COMM_EST asked the CM to
+ * deliver it). Data on the QP proves it up: report so before the message.
+ * 1 when *out took the CONN_UP. */
+static int verbs_first_recv(struct verbs_ctx *vc, const struct ibv_wc *wc, struct wimm_cqe *out)
+{
+	struct verbs_conn *c;
+
+	if (!(wc->wr_id & VERBS_WRID_RECV) || wc->status != IBV_WC_SUCCESS)
+		return 0;
+	c = verbs_tab_find(vc, wc->qp_num);
+	if (!c || !c->accepting || (!c->use_srq && VERBS_WRID_GEN(wc->wr_id) != c->gen))
+		return 0;
+	verbs_conn_mark_up(c);
+	c->up = 2;
+	vc->up_pending--;
+	*out = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
+	return 1;
+}
+
+/* wc[0..k) into out (room n). A CONN_UP may go before a receive, so what
+ * then does not fit waits in the stash, which is empty whenever this runs
+ * (poll empties it first, and calls this with no room when it cannot). */
+static int verbs_decode_all(struct verbs_ctx *vc, const struct ibv_wc *wc, int k,
+			    struct wimm_cqe *out, int n)
+{
+	int got = 0;
+
+	for (int i = 0; i < k; i++) {
+		if (got < n)
+			got += verbs_first_recv(vc, &wc[i], &out[got]);
+		if (got == n) {
+			memcpy(vc->stash, &wc[i], (size_t)(k - i) * sizeof(*wc));
+			vc->stash_n = k - i;
+			vc->stash_pos = 0;
+			break;
+		}
+		got += verbs_decode(vc, &wc[i], &out[got]);
+	}
+	return got;
+}
+
 /* Completions of the CQ into out, up to n; stops when the CQ is empty. */
 static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 {
@@ -318,9 +326,8 @@ static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 
 		if (k < 0)
 			return verbs_err(vc, WIMM_E_PROVIDER, k, "ibv_poll_cq failed");
-		for (int i = 0; i < k; i++)
-			got += verbs_decode(vc, &wc[i], &out[got]);
-		if (k < want)
+		got += verbs_decode_all(vc, wc, k, &out[got], n - got);
+		if (k < want || vc->stash_pos < vc->stash_n)
 			break;
 	}
 	return got;
@@ -329,7 +336,6 @@ static int verbs_drain(struct verbs_ctx *vc, struct wimm_cqe *out, int n)
 int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 {
 	struct verbs_ctx *vc = bctx;
-	int64_t now;
 	int got = 0;
 	/* A CONN_DOWN waits for the CQ to come back empty (so it follows the
 	 * connection's last completions), but not for ever: after a few polls
@@ -339,21 +345,23 @@ int verbs_poll(void *bctx, struct wimm_cqe *out, int n)
 	/* A connection that came up is announced before its first data. */
 	if (vc->up_pending)
 		got += verbs_emit_up(vc, out, limit);
-	while (got < limit && vc->stash_pos < vc->stash_n)
-		got += verbs_decode(vc, &vc->stash[vc->stash_pos++], &out[got]);
+	while (got < limit && vc->stash_pos < vc->stash_n) {
+		const struct ibv_wc *wc = &vc->stash[vc->stash_pos];
+
+		got += verbs_first_recv(vc, wc, &out[got]);
+		if (got == limit)
+			break;
+		vc->stash_pos++;
+		got += verbs_decode(vc, wc, &out[got]);
+	}
 	int k = verbs_drain(vc, &out[got], limit - got);
 	if (k < 0)
 		return k;
 	got += k;
-	/* The control channels at most once per clock tick, and always right
-	 * after arm() (the blocking path): also while the CQ keeps the array
-	 * full, so requests and disconnects are never starved by a stream. */
-	now = wimm_coarse_ns() / 1000000;
-	if (vc->armed || now - vc->last_ctl_ms >= VERBS_CTL_PERIOD_MS) {
-		vc->armed = 0;
-		vc->last_ctl_ms = now;
+	/* The control channels also while the CQ keeps the array full, so
+	 * requests and disconnects are never starved by a stream. */
+	if (wimm_ctl_due(&vc->ctl))
 		verbs_control(vc);
-	}
 	if (got == n) {
 		vc->full_polls++;
 		return got;
