@@ -21,7 +21,7 @@ ps-DATE[-full].png (time per step over model size, one line per tool and
 worker count; needs matplotlib, Debian python3-matplotlib).
 
     ps_bench.py [-f FABRIC] [--workers 2,4,8] [--sizes 1M,16M] [--rounds 5]
-                [--steps 10] [--wimm PATH] [--out DIR]
+                [--steps 10] [--timeout S] [--wimm PATH] [--out DIR]
     ps_bench.py --full      workers 2,4,8 x sizes 1M,16M,64M,256M
 
 torch (Debian python3-torch) is needed only here.
@@ -56,17 +56,17 @@ def human(n):
 # ------------------------------------------------------------ the workers
 
 
-def ps_worker(fabric, addr, rank, steps):
+def ps_worker(fabric, addr, rank, steps, timeout):
     import numpy as np
     from wimm import ps
 
-    with ps.Worker(fabric, [addr], rank, timeout=120) as w:
+    with ps.Worker(fabric, [addr], rank, timeout=timeout) as w:
         w.grads[:] = np.float32(rank + 1)
         for _ in range(WARMUP):
-            w.step(timeout=120)
+            w.step(timeout=timeout)
         t0 = time.perf_counter()
         for _ in range(steps):
-            w.step(timeout=120)
+            w.step(timeout=timeout)
         dt = (time.perf_counter() - t0) / steps
         want = np.float32(w.workers * (w.workers + 1) / 2)
         if w.params[0] != want:
@@ -100,10 +100,11 @@ def gloo_worker(rank, world, port, size, steps):
 # ------------------------------------------------------------- the runs
 
 
-def collect(procs, what):
+def collect(procs, what, args):
     times = []
     for p in procs:
-        out, _ = p.communicate(timeout=600)
+        # Every step may take up to --timeout, and so may the set-up.
+        out, _ = p.communicate(timeout=args.timeout * (args.steps + WARMUP + 1))
         if p.returncode != 0:
             raise SystemExit(f"{what}: a worker failed ({p.returncode})")
         times.append(json.loads(out.strip().splitlines()[-1])["step_s"])
@@ -121,9 +122,9 @@ def run_ps(args, n, size):
         port = int(line.split(", port ")[1].split(",")[0])
         me = os.path.abspath(__file__)
         procs = [subprocess.Popen([sys.executable, me, "_ps", args.fabric,
-                                   f"127.0.0.1:{port}", str(r), str(args.steps)],
+                                   f"127.0.0.1:{port}", str(r), str(args.steps), str(args.timeout)],
                                   stdout=subprocess.PIPE, text=True) for r in range(n)]
-        return collect(procs, "wimm ps")
+        return collect(procs, "wimm ps", args)
     finally:
         srv.terminate()
         srv.communicate(timeout=30)
@@ -134,7 +135,7 @@ def run_gloo(args, n, size, port):
     procs = [subprocess.Popen([sys.executable, me, "_gloo", str(r), str(n), str(port), str(size),
                                str(args.steps)], stdout=subprocess.PIPE, text=True)
              for r in range(n)]
-    return collect(procs, "gloo")
+    return collect(procs, "gloo", args)
 
 
 def run_single(args, n, size):
@@ -154,7 +155,8 @@ def run_single(args, n, size):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "_ps":
-        return ps_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return ps_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                         float(sys.argv[6]))
     if len(sys.argv) > 1 and sys.argv[1] == "_gloo":
         return gloo_worker(*(int(x) for x in sys.argv[2:7]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -163,6 +165,8 @@ def main():
     ap.add_argument("--sizes", default="1M,16M")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=600,
+                    help="seconds a worker's step may take (a loaded host at 256 MiB needs minutes)")
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--wimm", default=os.environ.get("WIMM_CLI",
                                                      os.path.join(REPO, "build", "tools", "wimm")))
@@ -177,6 +181,7 @@ def main():
     stamp = datetime.date.today().isoformat() + ("-full" if a.full else "")
     load_before = loadavg()
     started = time.time()
+    run_id = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     os.makedirs(a.out, exist_ok=True)
     jsonl = open(os.path.join(a.out, f"ps-{stamp}.jsonl"), "a")
     results = {c: {"wimm ps": [], "gloo": [], "single": []} for c in configs}
@@ -192,7 +197,7 @@ def main():
                 else:
                     t = run_single(a, n, size)
                 results[(n, size)][kind].append(t)
-                rec = {"round": rnd, "fabric": a.fabric, "workers": n, "bytes": size,
+                rec = {"run": run_id, "round": rnd, "fabric": a.fabric, "workers": n, "bytes": size,
                        "kind": kind, "step_s": t, "steps": a.steps}
                 jsonl.write(json.dumps(rec) + "\n")
                 jsonl.flush()
