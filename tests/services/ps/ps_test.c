@@ -26,10 +26,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,23 +42,30 @@ int inband_hello;
 #define WORKER_LIVENESS_MS 2000
 static char tmpdir[256];
 static int kill_sig = SIGKILL;
-extern char **environ;
 
 /* ------------------------------------------------------------ utilities */
 
 void spawn(struct proc *p, const char *name, char *const argv[])
 {
-	posix_spawn_file_actions_t fa;
 	memset(p, 0, sizeof(*p));
 	p->status = -1;
 	snprintf(p->out, sizeof(p->out), "%s/%s.out", tmpdir, name);
 	snprintf(p->err, sizeof(p->err), "%s/%s.err", tmpdir, name);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (posix_spawn(&p->pid, argv[0], &fa, NULL, argv, environ) != 0)
+	fflush(NULL);
+	p->pid = fork();
+	if (p->pid < 0)
 		die("cannot start %s: %s", argv[0], strerror(errno));
-	posix_spawn_file_actions_destroy(&fa);
+	if (p->pid == 0) {
+		/* A test killed by ctest's timeout must not leave its servers
+		 * and workers running. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int out = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int err = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+			_exit(126);
+		execv(argv[0], argv);
+		_exit(127);
+	}
 }
 
 /* 1 when p has ended (its status recorded), 0 while it runs. */
@@ -185,6 +192,7 @@ static int checking_server(struct proc *p, struct wimm_ps_server_attr *a)
 	if (p->pid < 0)
 		die("fork: %s", strerror(errno));
 	if (p->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		struct check c = {a->workers,
 				  a->mode == WIMM_PS_ASYNC ? 1 : a->workers - a->backups, 0};
 		struct wimm_ps_server *s = NULL;
