@@ -29,6 +29,8 @@
 #define OFI_SCAN_EVERY 8	   /* MSG: readiness scan at least every 8th poll */
 #define OFI_LINGER 4		   /* MSG: empty reads before a busy conn goes cold */
 #define OFI_LANE_PEERS 256	   /* shm: SMR_MAX_PEERS, what one endpoint maps */
+/* shm: distinct peers a lane ever takes (its AV only grows, ofi_lane.c). */
+#define OFI_LANE_NAMES 64
 #define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
@@ -49,6 +51,11 @@ struct ofi_rent {
 	struct wimm_cqe e;
 };
 
+struct ofi_lane_name {
+	uint8_t name[OFI_NAME_MAX];
+	size_t len;
+};
+
 struct ofi_lane {
 	struct ofi_lane *next;
 	struct fid_ep *ep;
@@ -56,12 +63,15 @@ struct ofi_lane {
 	struct fid_cq *cq;
 	uint8_t name[OFI_NAME_MAX];
 	size_t name_len;
-	struct ofi_conn *peer[OFI_LANE_PEERS]; /* by fi_addr */
-	fi_addr_t dead[OFI_LANE_PEERS];	       /* to remove once the CQ is drained */
-	uint32_t ndead;
-	uint32_t members; /* connections placed here */
-	int outgoing;	  /* one of them is an active side's */
-	int retired;	  /* takes no new connections */
+	struct ofi_conn *peer[OFI_LANE_NAMES]; /* by fi_addr */
+	struct ofi_lane_name *names;	       /* by fi_addr: whose entry it is */
+	uint8_t draining[OFI_LANE_NAMES];      /* a cut connection's, CQ not yet read */
+	uint32_t naddr, ndraining;
+	uint32_t unnamed;	    /* members whose peer is not in the AV yet */
+	size_t rx_cap, rx_reserved; /* posted receives: the endpoint's pool */
+	uint32_t members;	    /* connections placed here */
+	int outgoing;		    /* one of them is an active side's */
+	int retired;		    /* takes no new connections */
 	size_t cq_size, cq_reserved;
 	struct ofi_rent *ring;
 	uint32_t ring_cap, ring_head, ring_len;

@@ -168,6 +168,7 @@ extern const struct conf_test conf_tests_counter[];
 extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
 extern const struct conf_test conf_tests_atomic[];
+extern const struct conf_test conf_tests_connect_burst[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
@@ -215,6 +216,8 @@ int child_cmd(int block);
 int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx);
 int conf_server_child_main(int argc, char **argv);
 int conf_server_scale_child(int argc, char **argv);
+/* The burst tests' client role (conf_connect_burst.c). */
+int conf_burst_child(int argc, char **argv);
 /* The load tests' own roles (conf_server_event_loop.c, conf_server_cycles.c),
  * dispatched by conf_server_scale_child. */
 int child_loop(const char *uri, const char *addr, const char *mode, int rxd, int nev,
