@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/sidechan.h"
 #include "ipc/ipc_wire.h"
 
 #define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
@@ -23,8 +24,6 @@
 #define IPC_MAX_DEPTH 16384
 #define IPC_MIN_ENTRIES 64
 #define IPC_CTRL_PERIOD_NS 1000000 /* sockets looked at in a busy poll: 1 ms */
-#define IPC_HS_READ_MS 2000	   /* a request's handshake must follow its connect */
-#define IPC_PENDING 64		   /* connectors whose handshake is not here yet */
 /* Empty polls a busy connection stays watched (polled directly, its
  * producer not setting bits): a round trip or two of a ping-pong. */
 #define IPC_LINGER 128
@@ -133,17 +132,9 @@ struct ipc_req {
 	char peer[64];
 };
 
-struct ipc_pend {
-	int fd;
-	int64_t deadline_ms;
-};
-
 struct ipc_lis {
 	struct ipc_ctx *ctx;
-	int sock;
-	int lepfd; /* the listener fd: sock + pending connectors */
-	struct ipc_pend pend[IPC_PENDING];
-	int npend;
+	struct wimm_sidechan sc; /* the listener fd: sc.epfd */
 };
 
 /* ipc_ctx.c */

@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "core/handshake.h"
+#include "core/sidechan.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
@@ -180,26 +181,13 @@ struct ofi_req {
 	size_t peer_name_len;
 };
 
-/* RDM: a connector whose handshake frame has not fully arrived yet. It is
- * read a piece at a time from get_request, never waited for. */
-#define OFI_HS_PENDING 64
-struct ofi_hs_pending {
-	int fd;
-	size_t got;
-	int64_t deadline_ms;
-	uint8_t buf[4 + WIMM_HS_MAX_LEN];
-};
-
 struct ofi_lis {
 	struct ofi_ctx *ctx;
 	struct fid_pep *pep;
 	struct fid_eq *eq;
 	struct fi_info *info;
-	int fd;	   /* MSG: the EQ wait fd; RDM: lepfd */
-	int sock;  /* RDM: the listening socket */
-	int lepfd; /* RDM: epoll of sock and the pending connectors */
-	struct ofi_hs_pending pend[OFI_HS_PENDING];
-	int npend;
+	int fd;			 /* MSG: the EQ wait fd; RDM: sc.epfd */
+	struct wimm_sidechan sc; /* RDM: the listening socket and connectors */
 };
 
 /* op_context of our operations: (generation, index, slot?, position), never
@@ -250,8 +238,6 @@ void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_en
 void ofi_eq_drain(struct ofi_ctx *x);
 
 /* ofi_sock.c (RDM) */
-int ofi_send_frame(int fd, const uint8_t *hs, size_t len, int64_t deadline);
-int ofi_sock_code(int err);
 int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out);
 int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
 		     size_t *hs_len);

@@ -226,6 +226,13 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 		if (ret)
 			return ret;
 	}
+	/* Active side: what of the lane's cut connections the CQ holds goes
+	 * now, before our request does. The passive side may answer with data
+	 * before we have its name in the AV (its first write succeeds at once
+	 * when our lanes knew each other): that must not be drained with the
+	 * old, and is ours once we insert it (ofi_lane_entry). */
+	if (!req && l->ndraining)
+		ofi_lane_fill(l, x, 0);
 	l->members++;
 	l->unnamed++;
 	l->cq_reserved += need;
@@ -316,14 +323,17 @@ static int ofi_lane_entry(struct ofi_conn *c, const uint8_t *name, size_t len, f
 	fi_addr_t a = FI_ADDR_UNSPEC;
 
 	if (known >= 0) {
-		if (l->draining[known])
+		/* Passive: the peer sends nothing before our answer, which
+		 * follows this insert; what the CQ holds of it is the old one's. */
+		if (l->draining[known] && !c->active)
 			ofi_lane_fill(l, c->ctx, 0);
-		if (l->draining[known]) {
+		if (l->draining[known] && !c->active) {
 			wimm_ctx_set_provider_error(c->ctx->core, -FI_EAGAIN,
 						    "shm: the completions of this peer's previous "
 						    "connection are not all read yet");
 			return WIMM_E_AGAIN;
 		}
+		l->draining[known] = 0; /* active: drained when it joined */
 		*out = (fi_addr_t)known;
 		return 0;
 	}

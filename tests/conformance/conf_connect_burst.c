@@ -2,9 +2,11 @@
  * - burst_attribution: one client process opens BURST_PAIR_CONNS
  *   connections to one server in rounds, each ringing a send-with-imm that
  *   names it as soon as wimm_connect returns, while the others of its round
- *   come up; each must arrive on its own connection. (ofi:shm delivered
- *   such a first send to another connection of the same two processes once
- *   a lane's AV slot had been reused: ofi_lane.c.)
+ *   come up; each must arrive on its own connection, and so must the
+ *   server's welcome, sent as soon as a connection is up. (ofi:shm
+ *   delivered such a first send to another connection of the same two
+ *   processes once a lane's AV slot had been reused, and dropped a welcome
+ *   that came before the client knew the server's lane: ofi_lane.c.)
  * - burst_64_clients: 64 client processes connect at once, two connections
  *   each, to one server whose connections keep receive buffers posted (as
  *   the log service's do); every connection is accepted and delivers its
@@ -24,7 +26,8 @@
 #define BURST_PROCS 64
 #define BURST_PROC_CONNS 2
 #define BURST_DOORBELLS 8
-#define BURST_HELLO 0xffffu /* the low half of a hello's imm */
+#define BURST_HELLO 0xffffu   /* the low half of a hello's imm */
+#define BURST_WELCOME 0xfffeu /* ... of the server's first doorbell */
 #define BURST_RX_DEPTH 64
 #define BURST_RECV_SIZE 16
 #define BURST_WAIT_MS ((int)(120000 * conf_scale()))
@@ -42,8 +45,13 @@ static uint32_t burst_key(uint32_t proc, uint32_t idx)
 
 /* ------------------------------------------------------------ the client */
 
-/* Take what events there are (credits, heartbeats); none may say that a
- * connection failed. */
+/* The connections of this round, and the server's welcomes they got. */
+static struct wimm_conn *burst_c[BURST_PAIR_CONNS];
+static uint32_t burst_keys[BURST_PAIR_CONNS];
+static int burst_nconn, burst_welcomed;
+
+/* Take what events there are; none may say that a connection failed, and
+ * the server's welcome must name the connection it arrives on. */
 static int burst_poll(struct wimm_ctx *ctx)
 {
 	struct wimm_event ev[32];
@@ -51,9 +59,21 @@ static int burst_poll(struct wimm_ctx *ctx)
 
 	if (n < 0)
 		return child_fail(ctx, "wimm_poll", n);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		if (ev[i].type == WIMM_EV_DISCONNECT || ev[i].type == WIMM_EV_ERROR)
 			return child_fail(ctx, "a connection failed", ev[i].status);
+		if (ev[i].type != WIMM_EV_WRITE_IMM)
+			continue;
+		int k = 0;
+		while (k < burst_nconn && burst_c[k] != ev[i].conn)
+			k++;
+		if (k == burst_nconn || ev[i].imm != (burst_keys[k] << 16 | BURST_WELCOME)) {
+			child_say("fail the welcome %#x arrived on connection %d (key %u)",
+				  ev[i].imm, k, k < burst_nconn ? burst_keys[k] : 0);
+			return 1;
+		}
+		burst_welcomed++;
+	}
 	return 0;
 }
 
@@ -81,6 +101,7 @@ static int burst_round(struct wimm_ctx *ctx, const char *addr, uint32_t proc, ui
 	char what[64];
 	int rc;
 
+	burst_nconn = burst_welcomed = 0;
 	if ((rc = wimm_ctx_limits(ctx, &lim)))
 		return child_fail(ctx, "wimm_ctx_limits", rc);
 	for (int i = 0; i < nconn; i++) {
@@ -98,6 +119,9 @@ static int burst_round(struct wimm_ctx *ctx, const char *addr, uint32_t proc, ui
 		snprintf(what, sizeof(what), "connection %u of process %u", first + i, proc);
 		if (rc)
 			return child_fail(ctx, what, rc);
+		burst_c[i] = c[i];
+		burst_keys[i] = key;
+		burst_nconn = i + 1;
 		rc = wimm_send_imm(c[i], hello, (size_t)i * sizeof(*id), sizeof(*id),
 				   key << 16 | BURST_HELLO, WIMM_F_WAIT);
 		if (rc)
@@ -111,6 +135,14 @@ static int burst_round(struct wimm_ctx *ctx, const char *addr, uint32_t proc, ui
 			if (rc)
 				return child_fail(ctx, "doorbell", rc);
 		}
+	/* The server's welcome, one per connection, each on its own. */
+	for (int64_t end = conf_now_ms() + CONNECT_TIMEOUT_MS; burst_welcomed < nconn;) {
+		if (conf_now_ms() > end)
+			return child_fail(ctx, "waiting for the welcomes", WIMM_E_TIMEDOUT);
+		if (burst_poll(ctx))
+			return 1;
+		conf_sleep_us(1000);
+	}
 	return 0;
 }
 
@@ -163,6 +195,7 @@ int conf_burst_child(int argc, char **argv)
 
 struct burst_conn {
 	struct wimm_conn *c;
+	int welcomed;
 	int key_req;  /* from the request's private data, -1 if none */
 	int key_seen; /* from its hello, -1 before */
 	uint32_t doorbells;
@@ -177,6 +210,20 @@ struct burst {
 	unsigned char *seen; /* keys whose hello arrived */
 	int accepted, hellos, doorbells, disconnects, closing;
 };
+
+/* The server's first doorbell on k, naming the client connection it
+ * believes k is (known from the request, or else from the hello). */
+static int burst_welcome(struct burst_conn *k, int key)
+{
+	if (k->welcomed || key < 0)
+		return 0;
+	k->welcomed = 1;
+	CHECK_OK(
+	    wimm_write_imm(k->c, NULL, 0, 0, 0, (uint32_t)key << 16 | BURST_WELCOME, WIMM_F_WAIT));
+	return 0;
+out:
+	return -1;
+}
 
 /* Every request there is, accepted at once (as the log server does). */
 static int burst_accept(struct burst *b)
@@ -216,6 +263,10 @@ static int burst_accept(struct burst *b)
 		}
 		b->nbc++;
 		b->accepted++;
+		/* At once, as a server that greets its clients does (ps): the
+		 * client may not even have read our answer yet. */
+		if (burst_welcome(k, k->key_req))
+			goto out;
 	}
 out:
 	return -1;
@@ -246,7 +297,7 @@ static int burst_event(struct burst *b, struct burst_conn *k, const struct wimm_
 		k->key_seen = (int)key;
 		k->up = 1; /* data first counts as up */
 		b->hellos++;
-		return 0;
+		return burst_welcome(k, k->key_seen);
 	case WIMM_EV_WRITE_IMM:
 		CHECKF(k->key_seen >= 0 && (int)key == k->key_seen,
 		       "doorbell %#x (client connection %u/%u) on the connection of %d/%d", ev->imm,
