@@ -401,7 +401,7 @@ static void burst_run(const char *uri, int np, int nconn, int rounds)
 	if (conf_listen(b.ctx, NULL, &b.l, addr, sizeof(addr)))
 		goto out;
 	for (; spawned < np; spawned++) {
-		char proc[8], conns[8], rnds[8];
+		char proc[16], conns[16], rnds[16];
 
 		snprintf(proc, sizeof(proc), "%d", spawned);
 		snprintf(conns, sizeof(conns), "%d", nconn);
