@@ -501,7 +501,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			    ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
 			struct ofi_rent *e = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
 
-			/* Unknown source: a peer not (or no longer) in the AV. */
+			/* A source no connection owns (cut, or not inserted yet): dropped. */
 			if (c && ofi_convert(c, &d[i], &e->e))
 				ofi_ring_push(l, c, e);
 		}
