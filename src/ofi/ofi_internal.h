@@ -30,8 +30,10 @@
 #define OFI_SCAN_EVERY 8	   /* MSG: readiness scan at least every 8th poll */
 #define OFI_LINGER 4		   /* MSG: empty reads before a busy conn goes cold */
 #define OFI_LANE_PEERS 256	   /* shm: SMR_MAX_PEERS, what one endpoint maps */
-/* shm: distinct peers a lane ever takes (its AV only grows, ofi_lane.c). */
+/* shm: distinct peers a lane ever takes (its AV only grows, ofi_lane.c);
+ * fewer than OFI_LANE_PEERS bounds the departed peers' regions it maps. */
 #define OFI_LANE_NAMES 64
+_Static_assert(OFI_LANE_NAMES <= OFI_LANE_PEERS, "a lane's AV holds at most SMR_MAX_PEERS");
 #define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
@@ -42,8 +44,8 @@ enum ofi_tag { OFI_TAG_TIMER = 0, OFI_TAG_CQ = 1, OFI_TAG_SOCK = 2, OFI_TAG_EQ =
 
 struct ofi_conn;
 
-/* RDM (shm): one endpoint, AV and CQ shared by up to OFI_LANE_PEERS
- * connections, so a poll reads one CQ per lane, not one per connection.
+/* RDM (shm): one endpoint, AV and CQ shared by the connections of up to
+ * OFI_LANE_NAMES peers, so a poll reads one CQ per lane, not one per connection.
  * Completions are attributed to connections by op_context (our own
  * operations, cookies) or by source address (the peer's remote CQ data,
  * FI_SOURCE), resolved when read and kept in `ring` until returned. */
