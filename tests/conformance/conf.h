@@ -178,6 +178,10 @@ void remove_shm_regions(pid_t pid);
 /* The ipc fabric's listener at "host:port" (an abstract unix socket):
  * a connected SOCK_SEQPACKET socket, or -1 (conf_hostile.c). */
 int conf_ipc_dial(const char *addr);
+/* A raw socket to the listener at addr (TCP; ipc: its unix socket, the
+ * bytes as one message with three fds) that has sent buf: its fd, or -1
+ * (conf_input.c). */
+int conf_raw_send(const char *uri, const char *addr, const uint8_t *buf, size_t len);
 /* One message of len bytes with three fds attached (SCM_RIGHTS): 0 or -1. */
 int conf_ipc_send(int sock, const uint8_t *buf, size_t len, const int *fd);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */

@@ -12,11 +12,16 @@
  *   the log service's do); every connection is accepted and delivers its
  *   hello and its doorbells. (ofi:shm refused them with WIMM_E_NOMEM once
  *   one lane's pool of posted receives was full.)
+ * - burst_stalled_connector (ofi:shm, ipc): a connector that stops half-way
+ *   through its handshake holds up no other and is dropped in its time.
  * Every event of a connection names the client and its connection (in the
  * imm), so a doorbell on the wrong connection is seen whatever the fabric
  * carries as private data. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "conf.h"
 
@@ -485,8 +490,77 @@ static void t_burst_64_clients(const char *uri)
 	burst_run(uri, procs, BURST_PROC_CONNS, 1);
 }
 
+/* 1 when the server closed its end of fd (EOF or reset), 0 while open. */
+static int burst_closed(int fd)
+{
+	char b;
+	ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* The fabrics whose listener reads handshakes itself (a side channel):
+ * a connector that stalls half-way holds up no other, and is dropped
+ * with WIMM_E_TIMEDOUT once its time to finish (2 s) is over; the
+ * listener stays usable. */
+static void t_burst_stalled_connector(const char *uri)
+{
+	static const uint8_t half[2] = {0, 0}; /* half a frame's length */
+	int ipc = strcmp(uri, "ipc") == 0, fd = -1;
+	struct wimm_request *r = NULL;
+	char addr[300];
+	struct pair p;
+
+	if (pair_open(&p, uri))
+		goto out;
+	if (!ipc && strcmp(uri, "ofi:shm") != 0) {
+		conf_skip("%s: the provider's CM reads handshakes", uri);
+		goto out;
+	}
+	if (conf_listen(p.sctx, NULL, &p.l, addr, sizeof(addr)))
+		goto out;
+	/* ipc reads a handshake as one message: a connector that sends none. */
+	fd = conf_raw_send(uri, addr, ipc ? NULL : half, ipc ? 0 : sizeof(half));
+	CHECKF(fd >= 0, "cannot reach the listener at %s", addr);
+	int64_t t0 = conf_now_ms();
+
+	if (pair_connect_on(&p, addr, NULL))
+		goto out;
+	int64_t took = conf_now_ms() - t0;
+	/* Accepted while the stalled one still waits, unless this host took
+	 * longer than the stalled one's 2 s (then nothing can be told). */
+	CHECKF(took >= 1900 || !burst_closed(fd),
+	       "the stalled connector was dropped before another was accepted (%lld ms)",
+	       (long long)took);
+	CHECK_OK(wimm_write_imm(p.c, NULL, 0, 0, 0, 5, 0));
+	struct wimm_event ev;
+	CHECK_EQ(next_event(p.sctx, p.cctx, &ev, 5000), 1);
+	CHECK(ev.type == WIMM_EV_WRITE_IMM && ev.imm == 5);
+	/* Its error, once, when its time is over; it names what failed. */
+	const char *text = NULL;
+	int rc = wimm_listener_request(p.l, (int)(10000 * conf_scale()), &r);
+
+	wimm_provider_error(p.sctx, &text);
+	CHECKF(rc == WIMM_E_TIMEDOUT && text && strstr(text, "reading handshake"),
+	       "the stalled connector: %s (%s)", wimm_err_name(rc), text ? text : "");
+	CHECK(r == NULL);
+	CHECKF(burst_closed(fd), "the stalled connector's socket is still open");
+	CHECK_RC(wimm_listener_request(p.l, 0, &r), WIMM_E_AGAIN);
+	/* The listener still takes connections. */
+	wimm_conn_delete(&p.c);
+	wimm_conn_delete(&p.s);
+	if (pair_connect_on(&p, addr, NULL))
+		goto out;
+	conf_diag("a real connector accepted %lld ms after the stalled one came", (long long)took);
+out:
+	if (fd >= 0)
+		close(fd);
+	pair_close(&p);
+}
+
 const struct conf_test conf_tests_connect_burst[] = {
     {"burst_attribution", t_burst_attribution, 120},
     {"burst_64_clients", t_burst_64_clients, 300},
+    {"burst_stalled_connector", t_burst_stalled_connector, 60},
     {NULL, NULL, 0},
 };
