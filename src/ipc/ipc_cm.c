@@ -4,7 +4,8 @@
  * handshake with three fds (SCM_RIGHTS: its tx ring, its wake page, its
  * eventfd); a refused connector gets the core's reject message and no fds.
  * The socket then stays open as the connection's liveness channel. A
- * listener never waits on one connector (requests are read when whole). */
+ * listener never waits on one connector (requests are read when whole);
+ * the sockets' part shared with ofi:shm is core/sidechan.c. */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,19 +13,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sidechan.h"
 #include "ipc/ipc_internal.h"
 
 #define IPC_PORT_LO 32768
 #define IPC_PORT_SPAN 28232 /* up to 60999, Linux's ephemeral range */
 #define IPC_PORT_TRIES 256
-#define IPC_WAIT_SLICE_MS 10
 
 void ipc_close_fds(int *fd, int n)
 {
@@ -144,33 +144,15 @@ static ssize_t ipc_recv_msg(int sock, uint8_t *buf, size_t cap, int *fds, int *n
 	return r;
 }
 
-static int ipc_sock_code(int err)
-{
-	switch (err) {
-	case ETIMEDOUT:
-		return WIMM_E_TIMEDOUT;
-	case ECONNREFUSED:
-	case ENOENT:
-		return WIMM_E_UNREACHABLE;
-	case ECONNRESET:
-	case EPIPE:
-		return WIMM_E_DISCONNECTED;
-	case EMSGSIZE:
-		return WIMM_E_PROTO;
-	default:
-		return WIMM_E_PROVIDER;
-	}
-}
-
 /* --------------------------------------------------------------- listening */
 
-static int ipc_bind(struct ipc_lis *l, int port, int *port_out)
+static int ipc_bind(struct ipc_lis *l, int sock, int port, int *port_out)
 {
 	struct sockaddr_un sa;
 	uint32_t r = 0;
 
 	if (port) {
-		if (bind(l->sock, (struct sockaddr *)&sa, ipc_sun(port, &sa)))
+		if (bind(sock, (struct sockaddr *)&sa, ipc_sun(port, &sa)))
 			return ipc_errno_err(l->ctx, errno, "bind", WIMM_E_ADDR);
 		*port_out = port;
 		return 0;
@@ -180,7 +162,7 @@ static int ipc_bind(struct ipc_lis *l, int port, int *port_out)
 		r = (uint32_t)wimm_now_ns();
 	for (int i = 0; i < IPC_PORT_TRIES; i++) {
 		int p = IPC_PORT_LO + (int)((r + (uint32_t)i * 7919u) % IPC_PORT_SPAN);
-		if (bind(l->sock, (struct sockaddr *)&sa, ipc_sun(p, &sa)) == 0) {
+		if (bind(sock, (struct sockaddr *)&sa, ipc_sun(p, &sa)) == 0) {
 			*port_out = p;
 			return 0;
 		}
@@ -208,163 +190,99 @@ int ipc_listen(void *bctx, const char *host, const char *port, void **blis, int 
 	if (!l)
 		return WIMM_E_NOMEM;
 	l->ctx = x;
-	l->lepfd = -1;
-	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (l->sock < 0) {
+	int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (sock < 0) {
 		ret = ipc_errno_err(x, errno, "socket", WIMM_E_PROVIDER);
 		goto err_free;
 	}
-	ret = ipc_bind(l, p, port_out);
+	ret = ipc_bind(l, sock, p, port_out);
 	if (ret)
 		goto err_close;
-	if (listen(l->sock, 128)) {
+	if (listen(sock, SOMAXCONN)) {
 		ret = ipc_errno_err(x, errno, "listen", WIMM_E_PROVIDER);
 		goto err_close;
 	}
 	/* The listener fd: readable when a connector or a handshake moves. */
-	l->lepfd = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = {.events = EPOLLIN, .data.fd = l->sock};
-	if (l->lepfd < 0 || epoll_ctl(l->lepfd, EPOLL_CTL_ADD, l->sock, &ev)) {
-		ret = ipc_errno_err(x, errno, "epoll (listener)", WIMM_E_PROVIDER);
-		goto err_close;
-	}
+	ret = wimm_sidechan_open(&l->sc, x->core, sock);
+	if (ret)
+		goto err_free;
 	*blis = l;
 	return 0;
 
 err_close:
-	if (l->lepfd >= 0)
-		close(l->lepfd);
-	close(l->sock);
+	close(sock);
 err_free:
 	free(l);
 	return ret;
-}
-
-static void ipc_pend_drop(struct ipc_lis *l, int i)
-{
-	epoll_ctl(l->lepfd, EPOLL_CTL_DEL, l->pend[i].fd, NULL);
-	close(l->pend[i].fd);
-	l->pend[i] = l->pend[--l->npend];
 }
 
 void ipc_listener_close(void *blis)
 {
 	struct ipc_lis *l = blis;
 
-	while (l->npend)
-		ipc_pend_drop(l, 0);
-	close(l->lepfd);
-	close(l->sock);
+	wimm_sidechan_close(&l->sc);
 	free(l);
 }
 
 int ipc_listener_fd(void *blis)
 {
-	return ((struct ipc_lis *)blis)->lepfd;
+	return ((struct ipc_lis *)blis)->sc.epfd;
 }
 
-static int ipc_take(struct ipc_lis *l)
+/* Where a whole request goes (ipc_read). */
+struct ipc_hs_out {
+	struct ipc_ctx *x;
+	uint8_t *hs;
+	size_t *hs_len;
+	struct ipc_req *req;
+};
+
+/* A connector's handshake, whole or not at all (SOCK_SEQPACKET), with
+ * the three fds it must carry: 1 and the request in o->req. */
+static int ipc_read(struct wimm_sidechan_pend *p, void *arg)
 {
-	while (l->npend < IPC_PENDING) {
-		int fd = accept4(l->sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-			    errno == ECONNABORTED)
-				return 0;
-			return ipc_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
-		}
-		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-		if (epoll_ctl(l->lepfd, EPOLL_CTL_ADD, fd, &ev)) {
-			close(fd);
-			return ipc_errno_err(l->ctx, errno, "epoll (connector)", WIMM_E_PROVIDER);
-		}
-		l->pend[l->npend++] =
-		    (struct ipc_pend){.fd = fd, .deadline_ms = wimm_now_ms() + IPC_HS_READ_MS};
-	}
-	return 0;
-}
+	struct ipc_hs_out *o = arg;
+	int fds[IPC_NFDS], nfds;
+	ssize_t n = ipc_recv_msg(p->fd, o->hs, *o->hs_len, fds, &nfds);
 
-/* A connector whose handshake (with its fds) is here: 0 and the request,
- * AGAIN when none, or the error of one connector (it is dropped). */
-static int ipc_ready(struct ipc_lis *l, struct ipc_req **out, uint8_t *hs, size_t *hs_len)
-{
-	int64_t now = wimm_now_ms();
-	int ret = ipc_take(l);
-
-	if (ret)
-		return ret;
-	for (int i = 0; i < l->npend; i++) {
-		struct ipc_req *r;
-		int fds[IPC_NFDS], nfds;
-		ssize_t n = ipc_recv_msg(l->pend[i].fd, hs, *hs_len, fds, &nfds);
-
-		if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR) {
-			if (now < l->pend[i].deadline_ms)
-				continue;
-			ipc_pend_drop(l, i);
-			return ipc_errno_err(l->ctx, ETIMEDOUT, "reading handshake",
-					     WIMM_E_TIMEDOUT);
-		}
-		if (n <= 0 || nfds != IPC_NFDS) {
-			ipc_close_fds(fds, nfds > 0 ? nfds : 0);
-			ipc_pend_drop(l, i);
-			return n < 0 ? ipc_errno_err(l->ctx, (int)-n, "reading handshake",
-						     ipc_sock_code((int)-n))
-			       : n == 0
-				   ? ipc_errno_err(l->ctx, ECONNRESET, "reading handshake",
-						   WIMM_E_DISCONNECTED)
-				   : ipc_errno_err(l->ctx, EPROTO,
-						   "handshake without its three fds", WIMM_E_PROTO);
-		}
-		r = calloc(1, sizeof(*r));
-		if (!r) {
-			ipc_close_fds(fds, nfds);
-			ipc_pend_drop(l, i);
-			return WIMM_E_NOMEM;
-		}
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		if (getsockopt(l->pend[i].fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl))
-			cred.pid = 0;
-		/* The "port" of a connector is its process id. */
-		snprintf(r->peer, sizeof(r->peer), "127.0.0.1:%d", (int)cred.pid);
-		memcpy(r->fd, fds, sizeof(fds));
-		r->sock = l->pend[i].fd;
-		epoll_ctl(l->lepfd, EPOLL_CTL_DEL, r->sock, NULL);
-		l->pend[i] = l->pend[--l->npend];
-		*hs_len = (size_t)n;
-		*out = r;
+	if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
 		return 0;
+	if (n <= 0 || nfds != IPC_NFDS) {
+		ipc_close_fds(fds, nfds > 0 ? nfds : 0);
+		if (n <= 0)
+			return wimm_sidechan_fail(o->x->core, n ? (int)-n : ECONNRESET,
+						  "reading handshake");
+		return ipc_errno_err(o->x, EPROTO, "handshake without its three fds", WIMM_E_PROTO);
 	}
-	return WIMM_E_AGAIN;
+	struct ipc_req *r = calloc(1, sizeof(*r));
+	if (!r) {
+		ipc_close_fds(fds, nfds);
+		return WIMM_E_NOMEM;
+	}
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(p->fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl))
+		cred.pid = 0;
+	/* The "port" of a connector is its process id. */
+	snprintf(r->peer, sizeof(r->peer), "127.0.0.1:%d", (int)cred.pid);
+	memcpy(r->fd, fds, sizeof(fds));
+	*o->hs_len = (size_t)n;
+	o->req = r;
+	return 1;
 }
 
 int ipc_get_request(void *blis, int timeout_ms, void **breq, uint8_t *hs, size_t *hs_len)
 {
 	struct ipc_lis *l = blis;
-	int64_t deadline = wimm_now_ms() + timeout_ms;
+	struct ipc_hs_out o = {l->ctx, hs, hs_len, NULL};
+	int sock = -1;
+	int ret = wimm_sidechan_request(&l->sc, timeout_ms, ipc_read, &o, NULL, NULL, &sock);
 
-	for (;;) {
-		struct epoll_event ev[8];
-		struct ipc_req *r = NULL;
-		int ret = ipc_ready(l, &r, hs, hs_len);
-
-		if (ret == 0)
-			*breq = r;
-		if (ret != WIMM_E_AGAIN)
-			return ret;
-		if (timeout_ms == 0)
-			return WIMM_E_AGAIN;
-		int wait = timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline);
-		if (wait == 0)
-			return WIMM_E_TIMEDOUT;
-		/* Wake for the next connector's deadline too. */
-		if (l->npend && (wait < 0 || wait > 100))
-			wait = 100;
-		if (epoll_wait(l->lepfd, ev, 8, wait) < 0 && errno != EINTR)
-			return ipc_errno_err(l->ctx, errno, "epoll_wait (listener)",
-					     WIMM_E_PROVIDER);
-	}
+	if (ret)
+		return ret;
+	o.req->sock = sock;
+	*breq = o.req;
+	return 0;
 }
 
 int ipc_request_peer(void *breq, char *buf, size_t len)
@@ -388,24 +306,6 @@ void ipc_reject(void *breq, const uint8_t *msg, size_t len)
 }
 
 /* ------------------------------------------------------------- connecting */
-
-static int ipc_wait_fd(struct ipc_conn *c, short events, int64_t deadline)
-{
-	for (;;) {
-		struct pollfd p = {.fd = c->sock, .events = events};
-		int left = wimm_remaining_ms(deadline);
-		int r = poll(&p, 1, left < IPC_WAIT_SLICE_MS ? left : IPC_WAIT_SLICE_MS);
-
-		if (r > 0)
-			return 0;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (left == 0)
-			return -ETIMEDOUT;
-		/* The context's other connections must not look silent. */
-		wimm_ctx_keepalive(c->ctx->core);
-	}
-}
 
 static int ipc_dial(struct ipc_conn *c, int port, int64_t deadline)
 {
@@ -448,12 +348,12 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 	if (!err)
 		err = -ipc_send_msg(c->sock, hs, hs_len, mine, IPC_NFDS);
 	if (!err)
-		err = -ipc_wait_fd(c, POLLIN, deadline);
+		err = -wimm_sidechan_wait_fd(c->sock, POLLIN, deadline, x->core);
 	if (err)
-		return ipc_errno_err(x, err, "connect", ipc_sock_code(err));
+		return wimm_sidechan_fail(x->core, err, "connect");
 	ssize_t n = ipc_recv_msg(c->sock, reply, *reply_len, c->peer_fd, &nfds);
 	if (n < 0)
-		return ipc_errno_err(x, (int)-n, "reading the reply", ipc_sock_code((int)-n));
+		return wimm_sidechan_fail(x->core, (int)-n, "reading the reply");
 	if (n == 0)
 		return ipc_errno_err(x, ECONNRESET, "the listener closed", WIMM_E_DISCONNECTED);
 	*reply_len = (size_t)n;
@@ -479,6 +379,6 @@ int ipc_accept(void *bconn, const uint8_t *hs, size_t hs_len)
 	/* A fresh socket has room for one small message: never waits. */
 	int ret = ipc_send_msg(c->sock, hs, hs_len, mine, IPC_NFDS);
 	if (ret)
-		return ipc_errno_err(c->ctx, -ret, "sending handshake", ipc_sock_code(-ret));
+		return wimm_sidechan_fail(c->ctx->core, -ret, "sending handshake");
 	return 0;
 }

@@ -14,6 +14,7 @@
 #include "core/handshake.h"
 #include "core/recv_slots.h"
 #include "core/send_ring.h"
+#include "core/sidechan.h"
 #include "ipc/ipc_wire.h"
 
 #define IPC_DATA_BYTES (16u << 20) /* per direction, mapped, touched as used */
@@ -24,8 +25,6 @@
 #define IPC_DATA_RESET (1u << 20)
 #define IPC_MAX_DEPTH 16384
 #define IPC_MIN_ENTRIES 64
-#define IPC_HS_READ_MS 2000 /* a request's handshake must follow its connect */
-#define IPC_PENDING 64	    /* connectors whose handshake is not here yet */
 /* Empty polls a busy connection stays watched (polled directly, its
  * producer not setting bits): a round trip or two of a ping-pong. */
 #define IPC_LINGER 128
@@ -131,17 +130,9 @@ struct ipc_req {
 	char peer[64];
 };
 
-struct ipc_pend {
-	int fd;
-	int64_t deadline_ms;
-};
-
 struct ipc_lis {
 	struct ipc_ctx *ctx;
-	int sock;
-	int lepfd; /* the listener fd: sock + pending connectors */
-	struct ipc_pend pend[IPC_PENDING];
-	int npend;
+	struct wimm_sidechan sc; /* the listener fd: sc.epfd */
 };
 
 /* ipc_ctx.c */

@@ -250,16 +250,11 @@ static void ipc_ctrl(struct ipc_ctx *x)
 
 	for (int i = 0; i < k; i++) {
 		struct ipc_conn *c = ev[i].data.ptr;
-		char buf[64];
-
 		if (!c)
 			continue; /* the eventfd */
-		ssize_t r = recv(c->sock, buf, sizeof(buf), MSG_DONTWAIT);
-		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-			int err = r < 0 ? errno : ECONNRESET;
+		int err = wimm_sidechan_alive(c->sock);
+		if (err)
 			ipc_conn_down(c, WIMM_E_DISCONNECTED, err);
-		}
-		/* Bytes after the handshake mean nothing: dropped. */
 	}
 }
 

@@ -99,8 +99,7 @@ int ofi_listen(void *bctx, const char *host, const char *port, void **blis, int 
 		return WIMM_E_NOMEM;
 	l->ctx = x;
 	l->fd = -1;
-	l->sock = -1;
-	l->lepfd = -1;
+	l->sc.sock = l->sc.epfd = -1;
 	ret = x->msg ? ofi_pep_listen(l, host, port, port_out)
 		     : ofi_sock_listen(l, host, port, port_out);
 	if (ret) {
@@ -122,10 +121,7 @@ void ofi_listener_close(void *blis)
 		fi_close(&l->eq->fid);
 		fi_freeinfo(l->info);
 	} else {
-		for (int i = 0; i < l->npend; i++)
-			close(l->pend[i].fd);
-		close(l->sock);
-		close(l->lepfd);
+		wimm_sidechan_close(&l->sc);
 	}
 	free(l);
 }
@@ -236,7 +232,7 @@ void ofi_reject(void *breq, const uint8_t *msg, size_t len)
 	}
 	if (req->sock >= 0) {
 		/* Best effort, never waiting: the connector reads the reason. */
-		ofi_send_frame(req->sock, msg, len, wimm_now_ms());
+		wimm_sidechan_send_frame(req->sock, msg, len, wimm_now_ms());
 		close(req->sock);
 	}
 	free(req);

@@ -21,6 +21,7 @@
 #include "core/handshake.h"
 #include "core/recv_slots.h"
 #include "core/send_ring.h"
+#include "core/sidechan.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
@@ -30,6 +31,10 @@
 #define OFI_SCAN_EVERY 8   /* MSG: readiness scan at least every 8th poll */
 #define OFI_LINGER 4	   /* MSG: empty reads before a busy conn goes cold */
 #define OFI_LANE_PEERS 256 /* shm: SMR_MAX_PEERS, what one endpoint maps */
+/* shm: distinct peers a lane ever takes (its AV only grows, ofi_lane.c);
+ * fewer than OFI_LANE_PEERS bounds the departed peers' regions it maps. */
+#define OFI_LANE_NAMES 64
+_Static_assert(OFI_LANE_NAMES <= OFI_LANE_PEERS, "a lane's AV holds at most SMR_MAX_PEERS");
 #define OFI_LANE_CQ_MIN 4096
 #define OFI_LANE_CQ_MAX 65536
 #define OFI_NAME_MAX 192 /* WIMM_HS_MAX_ADDR: an RDM name fits the handshake */
@@ -40,14 +45,19 @@ enum ofi_tag { OFI_TAG_TIMER = 0, OFI_TAG_CQ = 1, OFI_TAG_SOCK = 2, OFI_TAG_EQ =
 
 struct ofi_conn;
 
-/* RDM (shm): one endpoint, AV and CQ shared by up to OFI_LANE_PEERS
- * connections, so a poll reads one CQ per lane, not one per connection.
+/* RDM (shm): one endpoint, AV and CQ shared by the connections of up to
+ * OFI_LANE_NAMES peers, so a poll reads one CQ per lane, not one per connection.
  * Completions are attributed to connections by op_context (our own
  * operations, cookies) or by source address (the peer's remote CQ data,
  * FI_SOURCE), resolved when read and kept in `ring` until returned. */
 struct ofi_rent {
 	uint32_t idx, gen; /* the connection, as in a cookie */
 	struct wimm_cqe e;
+};
+
+struct ofi_lane_name {
+	uint8_t name[OFI_NAME_MAX];
+	size_t len;
 };
 
 struct ofi_lane {
@@ -57,12 +67,15 @@ struct ofi_lane {
 	struct fid_cq *cq;
 	uint8_t name[OFI_NAME_MAX];
 	size_t name_len;
-	struct ofi_conn *peer[OFI_LANE_PEERS]; /* by fi_addr */
-	fi_addr_t dead[OFI_LANE_PEERS];	       /* to remove once the CQ is drained */
-	uint32_t ndead;
-	uint32_t members; /* connections placed here */
-	int outgoing;	  /* one of them is an active side's */
-	int retired;	  /* takes no new connections */
+	struct ofi_conn *peer[OFI_LANE_NAMES]; /* by fi_addr */
+	struct ofi_lane_name *names;	       /* by fi_addr: whose entry it is */
+	uint8_t draining[OFI_LANE_NAMES];      /* a cut connection's, CQ not yet read */
+	uint32_t naddr, ndraining;
+	uint32_t unnamed;	    /* members whose peer is not in the AV yet */
+	size_t rx_cap, rx_reserved; /* posted receives: the endpoint's pool */
+	uint32_t members;	    /* connections placed here */
+	int outgoing;		    /* one of them is an active side's */
+	int retired;		    /* takes no new connections */
 	size_t cq_size, cq_reserved;
 	struct ofi_rent *ring;
 	uint32_t ring_cap, ring_head, ring_len;
@@ -160,26 +173,13 @@ struct ofi_req {
 	size_t peer_name_len;
 };
 
-/* RDM: a connector whose handshake frame has not fully arrived yet. It is
- * read a piece at a time from get_request, never waited for. */
-#define OFI_HS_PENDING 64
-struct ofi_hs_pending {
-	int fd;
-	size_t got;
-	int64_t deadline_ms;
-	uint8_t buf[4 + WIMM_HS_MAX_LEN];
-};
-
 struct ofi_lis {
 	struct ofi_ctx *ctx;
 	struct fid_pep *pep;
 	struct fid_eq *eq;
 	struct fi_info *info;
-	int fd;	   /* MSG: the EQ wait fd; RDM: lepfd */
-	int sock;  /* RDM: the listening socket */
-	int lepfd; /* RDM: epoll of sock and the pending connectors */
-	struct ofi_hs_pending pend[OFI_HS_PENDING];
-	int npend;
+	int fd;			 /* MSG: the EQ wait fd; RDM: sc.epfd */
+	struct wimm_sidechan sc; /* RDM: the listening socket and connectors */
 };
 
 /* op_context of our operations: (generation, index, slot?, position), never
@@ -230,8 +230,6 @@ void ofi_eq_dispatch(struct ofi_ctx *x, uint32_t event, const struct fi_eq_cm_en
 void ofi_eq_drain(struct ofi_ctx *x);
 
 /* ofi_sock.c (RDM) */
-int ofi_send_frame(int fd, const uint8_t *hs, size_t len, int64_t deadline);
-int ofi_sock_code(int err);
 int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out);
 int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
 		     size_t *hs_len);

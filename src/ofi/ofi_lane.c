@@ -1,8 +1,9 @@
 /* libfabric backend, RDM providers (shm): lanes.
  *
- * A lane is one RDM endpoint with its AV and CQ, shared by up to
- * OFI_LANE_PEERS connections (shm 1.17 maps at most SMR_MAX_PEERS = 256
- * peers per AV and endpoint). Instead of an endpoint per connection, so:
+ * A lane is one RDM endpoint with its AV and CQ, shared by the
+ * connections of up to OFI_LANE_NAMES peers (shm 1.17 maps at most
+ * SMR_MAX_PEERS = 256 per AV and endpoint). Instead of an endpoint per
+ * connection, so:
  * - a poll reads one CQ per lane, not one per connection;
  * - accepting does not fi_enable a new endpoint: each enable kept about
  *   290 bytes inside shm until the context closed (valgrind, 200 cycles:
@@ -23,6 +24,24 @@
  * before it can know our lane's name: accept() leaves sending our
  * handshake to conn_ready(), after the insert.
  *
+ * The AV only grows: a peer's entry stays until the lane closes, and a
+ * peer that connects again through the same pair of lanes gets it back.
+ * shm 1.17 cannot forget a peer safely: fi_av_remove frees the peer's slot
+ * of the shared map (smr_map_del) before smr_unmap_from_endpoint runs,
+ * which then finds the slot free and does nothing, so our region keeps the
+ * old peer's id for us. The next peer inserted takes the same slot (the
+ * map's cur_id stays on it) and inherits that id: our first operations
+ * towards it name whoever holds that id at its end, and its send-with-imm
+ * landed on another connection (ps with in-band hellos). So a lane takes
+ * OFI_LANE_NAMES distinct peers in its life, then no new ones, and closes
+ * with its last connection. The cost: the regions of peers that went
+ * stay mapped (about 4 MB of /dev/shm each) while their lane lives.
+ *
+ * Posted receives come from one pool per endpoint (rx_attr.size, 1024 on
+ * shm, which refuses a larger one): a lane takes a connection only while
+ * its receive slots fit (64 clients of the log service, 64 slots each,
+ * got WIMM_E_NOMEM from fi_recv at accept on a full lane).
+ *
  * Known limit: shm completes operations that need the peer's answer (reads,
  * writes above inject_size) in the order of one response queue per
  * endpoint; a peer that dies with one outstanding stalls the completions
@@ -37,6 +56,7 @@
 
 static void ofi_lane_close(struct ofi_lane *l)
 {
+	free(l->names);
 	if (l->ep)
 		fi_close(&l->ep->fid);
 	if (l->av)
@@ -83,7 +103,7 @@ static int ofi_lane_enable(struct ofi_ctx *x, struct ofi_lane *l)
 
 static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 {
-	struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = OFI_LANE_PEERS};
+	struct fi_av_attr ava = {.type = FI_AV_TABLE, .count = OFI_LANE_NAMES};
 	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
 	struct ofi_lane *l;
 	int ret;
@@ -91,6 +111,12 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return WIMM_E_NOMEM;
+	l->names = calloc(OFI_LANE_NAMES, sizeof(*l->names));
+	if (!l->names) {
+		free(l);
+		return WIMM_E_NOMEM;
+	}
+	l->rx_cap = x->info->rx_attr->size;
 	/* Room for what the core may have outstanding, within reason: CQ
 	 * entries are allocated up front (about 50 bytes each). Each new lane
 	 * at least doubles the last, so a context that grows to many
@@ -102,6 +128,9 @@ static int ofi_lane_open(struct ofi_ctx *x, size_t need, struct ofi_lane **out)
 		l->cq_size = OFI_LANE_CQ_MIN;
 	if (l->cq_size > OFI_LANE_CQ_MAX)
 		l->cq_size = OFI_LANE_CQ_MAX;
+	/* ... but no more than its peers' connections of this size can use. */
+	if (l->cq_size > OFI_LANE_NAMES * need && OFI_LANE_NAMES * need >= OFI_LANE_CQ_MIN)
+		l->cq_size = OFI_LANE_NAMES * need;
 	if (l->cq_size < need)
 		l->cq_size = need;
 	cqa.size = l->cq_size;
@@ -152,6 +181,36 @@ static int ofi_lane_has_peer(struct ofi_ctx *x, struct ofi_lane *l, const uint8_
 	return 0;
 }
 
+/* The AV entry of the peer `name`, or -1 if the lane never had it. */
+static int ofi_lane_find(const struct ofi_lane *l, const uint8_t *name, size_t len)
+{
+	for (uint32_t a = 0; a < OFI_LANE_NAMES; a++)
+		if (l->names[a].len == len && len && !memcmp(l->names[a].name, name, len))
+			return (int)a;
+	return -1;
+}
+
+/* Receive slots a connection keeps posted (write-with-imm takes none). */
+static size_t ofi_lane_slots(const struct ofi_conn *c)
+{
+	return c->recv_size ? c->rx_depth : 0;
+}
+
+/* Can l take c, whose peer is `name` (NULL: not known yet, the active
+ * side)? Each member not yet in the AV may still need a new entry. */
+static int ofi_lane_fits(struct ofi_ctx *x, struct ofi_lane *l, const struct ofi_conn *c,
+			 size_t need, const struct ofi_req *req)
+{
+	int known = req ? ofi_lane_find(l, req->peer_name, req->peer_name_len) >= 0 : 0;
+
+	if (l->retired || l->cq_reserved + need > l->cq_size ||
+	    l->rx_reserved + ofi_lane_slots(c) > l->rx_cap)
+		return 0;
+	if (!known && l->naddr + l->unnamed >= OFI_LANE_NAMES)
+		return 0;
+	return req ? !ofi_lane_has_peer(x, l, req->peer_name, req->peer_name_len) : !l->outgoing;
+}
+
 int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 {
 	struct ofi_ctx *x = c->ctx;
@@ -159,25 +218,25 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 	struct ofi_lane *l;
 	int ret;
 
-	for (l = x->lanes; l; l = l->next) {
-		if (l->ndead)
-			ofi_lane_fill(l, x, 0); /* its AV room back */
-		if (l->retired || l->members + l->ndead >= OFI_LANE_PEERS ||
-		    l->cq_reserved + need > l->cq_size)
-			continue;
-		if (req ? !ofi_lane_has_peer(x, l, req->peer_name, req->peer_name_len)
-			: !l->outgoing)
+	for (l = x->lanes; l; l = l->next)
+		if (ofi_lane_fits(x, l, c, need, req))
 			break;
-	}
 	if (!l) {
 		ret = ofi_lane_open(x, need, &l);
 		if (ret)
 			return ret;
-	} else if (l->ndead) {
-		ofi_lane_fill(l, x, 0); /* a peer just cut above: bury it first */
 	}
+	/* Active side: what of the lane's cut connections the CQ holds goes
+	 * now, before our request does. The passive side may answer with data
+	 * before we have its name in the AV (its first write succeeds at once
+	 * when our lanes knew each other): that must not be drained with the
+	 * old, and is ours once we insert it (ofi_lane_entry). */
+	if (!req && l->ndraining)
+		ofi_lane_fill(l, x, 0);
 	l->members++;
+	l->unnamed++;
 	l->cq_reserved += need;
+	l->rx_reserved += ofi_lane_slots(c);
 	if (!req)
 		l->outgoing = 1;
 	c->lane = l;
@@ -187,9 +246,10 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 
 /* Leaving drives no progress: a peer in this process whose endpoint is
  * already closed leaves requests behind that shm cannot process any more
- * (smr_progress_connreq reads the peer's region). The peer's address goes
- * on the lane's dead list: entries of it still in the CQ then name no one,
- * and it leaves the AV (which reuses its index) once the CQ was drained. */
+ * (smr_progress_connreq reads the peer's region). The peer's entry stays
+ * in the AV (see the top) and names no connection: what of it is still in
+ * the CQ is dropped, and it is marked draining until the CQ was read, so
+ * that a new connection of the same peer gets none of it. */
 void ofi_lane_cut(struct ofi_conn *c)
 {
 	struct ofi_lane *l = c->lane;
@@ -205,11 +265,20 @@ void ofi_lane_cut(struct ofi_conn *c)
 			fi_cancel(&l->ep->fid, ofi_cookie(c, 1, i));
 	c->slots_posted = 0;
 	if (c->peer != FI_ADDR_UNSPEC) {
-		if (c->peer < OFI_LANE_PEERS && l->peer[c->peer] == c)
+		if (c->peer < OFI_LANE_NAMES && l->peer[c->peer] == c) {
 			l->peer[c->peer] = NULL;
-		l->dead[l->ndead++] = c->peer;
+			if (!l->draining[c->peer])
+				l->ndraining++;
+			l->draining[c->peer] = 1;
+		}
 		c->peer = FI_ADDR_UNSPEC;
 	}
+}
+
+/* A lane whose AV is full takes no new peer: it goes with its last member. */
+static int ofi_lane_spent(const struct ofi_lane *l)
+{
+	return l->retired || l->naddr >= OFI_LANE_NAMES;
 }
 
 void ofi_lane_leave(struct ofi_conn *c)
@@ -225,12 +294,15 @@ void ofi_lane_leave(struct ofi_conn *c)
 	if (c->down.state == WIMM_DOWN_REPORTED && wimm_send_ring_outstanding(&c->sq))
 		l->retired = 1;
 	l->members--;
+	if (!c->peer_name_len)
+		l->unnamed--;
 	l->cq_reserved -= (size_t)c->tx_max + c->rx_depth + 16;
+	l->rx_reserved -= ofi_lane_slots(c);
 	if (c->active)
 		l->outgoing = 0;
 	c->lane = NULL;
 	c->ep = NULL;
-	if (l->retired && !l->members) {
+	if (ofi_lane_spent(l) && !l->members) {
 		struct ofi_lane **pp = &x->lanes;
 
 		while (*pp != l)
@@ -242,23 +314,64 @@ void ofi_lane_leave(struct ofi_conn *c)
 	}
 }
 
+/* The peer's AV entry: the one it had, once no completion of its last
+ * connection can still be in the CQ, else a new one. */
+static int ofi_lane_entry(struct ofi_conn *c, const uint8_t *name, size_t len, fi_addr_t *out)
+{
+	struct ofi_lane *l = c->lane;
+	int known = ofi_lane_find(l, name, len);
+	fi_addr_t a = FI_ADDR_UNSPEC;
+
+	if (known >= 0) {
+		/* Passive: the peer sends nothing before our answer, which
+		 * follows this insert; what the CQ holds of it is the old one's. */
+		if (l->draining[known] && !c->active)
+			ofi_lane_fill(l, c->ctx, 0);
+		if (l->draining[known] && !c->active) {
+			wimm_ctx_set_provider_error(c->ctx->core, -FI_EAGAIN,
+						    "shm: the completions of this peer's previous "
+						    "connection are not all read yet");
+			return WIMM_E_AGAIN;
+		}
+		l->draining[known] = 0; /* active: drained when it joined */
+		*out = (fi_addr_t)known;
+		return 0;
+	}
+	if (l->naddr >= OFI_LANE_NAMES) {
+		/* ofi_lane_join counts on this never happening; say so if it does. */
+		wimm_ctx_set_provider_error(c->ctx->core, -FI_ENOSPC,
+					    "shm: this lane's address vector is full");
+		return WIMM_E_AGAIN;
+	}
+	int ret = fi_av_insert(l->av, name, 1, &a, 0, NULL);
+	if (ret != 1)
+		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
+	if (a >= OFI_LANE_NAMES || l->names[a].len) {
+		/* Not the next index of a table that only grows: the lane
+		 * cannot tell this peer from another, so it takes no one more. */
+		l->retired = 1;
+		wimm_ctx_set_provider_error(c->ctx->core, -FI_EADDRNOTAVAIL,
+					    "shm: fi_av_insert gave an index already in use");
+		return WIMM_E_PROVIDER;
+	}
+	memcpy(l->names[a].name, name, len);
+	l->names[a].len = len;
+	l->naddr++;
+	*out = a;
+	return 0;
+}
+
 int ofi_lane_insert(struct ofi_conn *c, const uint8_t *name, size_t len)
 {
 	struct ofi_lane *l = c->lane;
 	fi_addr_t a = FI_ADDR_UNSPEC;
-	int ret;
+	int ret = ofi_lane_entry(c, name, len, &a);
 
-	ret = fi_av_insert(l->av, name, 1, &a, 0, NULL);
-	if (ret != 1)
-		return ofi_err(c->ctx, ret < 0 ? ret : -FI_EADDRNOTAVAIL, "fi_av_insert");
-	for (uint32_t i = 0; i < l->ndead; i++)
-		if (l->dead[i] == a)
-			a = OFI_LANE_PEERS; /* still to be buried: the same entry */
-	if (a >= OFI_LANE_PEERS || l->peer[a]) {
+	if (ret)
+		return ret;
+	if (l->peer[a]) {
 		/* The same pair of lanes twice (see the top): refuse rather
 		 * than mix up two connections' doorbells. */
-		if (a < OFI_LANE_PEERS && l->peer[a])
-			fi_av_remove(l->av, &a, 1, 0);
 		wimm_ctx_set_provider_error(c->ctx->core, -FI_EADDRINUSE,
 					    "a second connection between the same two shm "
 					    "endpoints");
@@ -266,6 +379,8 @@ int ofi_lane_insert(struct ofi_conn *c, const uint8_t *name, size_t len)
 	}
 	l->peer[a] = c;
 	c->peer = a;
+	if (!c->peer_name_len)
+		l->unnamed--;
 	memcpy(c->peer_name, name, len);
 	c->peer_name_len = len;
 	return 0;
@@ -326,7 +441,7 @@ static struct ofi_conn *ofi_lane_owner(struct ofi_lane *l, struct ofi_ctx *x, ui
 				       void *op_context, fi_addr_t src)
 {
 	if ((flags & FI_REMOTE_CQ_DATA) && !(flags & FI_RECV))
-		return src < OFI_LANE_PEERS ? l->peer[src] : NULL;
+		return src < OFI_LANE_NAMES ? l->peer[src] : NULL;
 	return ofi_cookie_conn(x, op_context);
 }
 
@@ -345,17 +460,13 @@ static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
 		ofi_ring_push(l, c, r);
 }
 
-/* The CQ holds nothing of the dead peers any more: out of the AV. */
-static void ofi_lane_bury(struct ofi_lane *l, struct ofi_ctx *x)
+/* The CQ holds nothing of the cut connections any more. */
+static void ofi_lane_drained(struct ofi_lane *l)
 {
-	int ret;
-
-	if (!l->ndead)
+	if (!l->ndraining)
 		return;
-	ret = fi_av_remove(l->av, l->dead, l->ndead, 0);
-	if (ret)
-		ofi_err(x, ret, "fi_av_remove (lane)");
-	l->ndead = 0;
+	memset(l->draining, 0, sizeof(l->draining));
+	l->ndraining = 0;
 }
 
 int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
@@ -373,7 +484,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			break;
 		r = fi_cq_readfrom(l->cq, d, want, src);
 		if (r == -FI_EAGAIN) {
-			ofi_lane_bury(l, x);
+			ofi_lane_drained(l);
 			break;
 		}
 		if (r == -FI_EAVAIL) {
@@ -390,13 +501,13 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			    ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
 			struct ofi_rent *e = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
 
-			/* Unknown source: a peer not (or no longer) in the AV. */
+			/* A source no connection owns (cut, or not inserted yet): dropped. */
 			if (c && ofi_convert(c, &d[i], &e->e))
 				ofi_ring_push(l, c, e);
 		}
 		read += (uint32_t)r;
 		if ((size_t)r < want) {
-			ofi_lane_bury(l, x);
+			ofi_lane_drained(l);
 			break;
 		}
 	}
@@ -450,7 +561,7 @@ void ofi_lane_push_down(struct ofi_conn *c)
 		return; /* stays pending; arm/poll report nothing more */
 	wimm_cqe_conn_down(&r->e, c->core, c->down.status, c->down.prov_err);
 	ofi_ring_push(l, c, r);
-	/* Nothing more of it can come (its socket is closed): its AV entry
-	 * goes, so that the peer may connect again through this lane. */
+	/* Nothing more of it can come (its socket is closed): the peer may
+	 * connect again through this lane. */
 	ofi_lane_cut(c);
 }

@@ -310,14 +310,11 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 
 void ofi_check_sock(struct ofi_conn *c)
 {
-	char b;
-	ssize_t r;
+	int err = wimm_sidechan_alive(c->sock);
 
-	r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (r == 0)
-		ofi_conn_down(c, WIMM_E_DISCONNECTED, 0);
-	else if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-		ofi_conn_down(c, WIMM_E_DISCONNECTED, errno);
+	/* EOF is an orderly close: no provider error to show. */
+	if (err)
+		ofi_conn_down(c, WIMM_E_DISCONNECTED, err == ECONNRESET ? 0 : err);
 }
 
 /* One epoll_wait(0) over everything that can need attention: CQs with

@@ -1,8 +1,9 @@
 /* libfabric backend: connection set-up of RDM providers (shm), which have
  * no CM: a TCP socket carries the handshake (a 4-byte big-endian length and
  * that many bytes) and then stays open as the connection's liveness channel.
- * A listener never waits on one connector: requests are read a piece at a
- * time (ofi_sock_request), accepting never blocks (the passive side's
+ * The sockets' part shared with ipc is core/sidechan.c. A listener never
+ * waits on one connector: requests are read a piece at a time
+ * (ofi_sock_request), accepting never blocks (the passive side's
  * first write towards the peer is retried from poll, ofi_kick_pending). */
 #include <errno.h>
 #include <netdb.h>
@@ -10,104 +11,15 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/handshake.h"
+#include "core/sidechan.h"
 #include "ofi/ofi_internal.h"
 
-#define OFI_HS_READ_MS 2000 /* a request's handshake must follow its connect */
 #define OFI_KICK_MS 200
-
-static int ofi_wait_fd(int fd, short events, int64_t deadline)
-{
-	struct pollfd p = {.fd = fd, .events = events};
-	int r;
-
-	do {
-		r = poll(&p, 1, wimm_remaining_ms(deadline));
-	} while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	return r ? 0 : -ETIMEDOUT;
-}
-
-static int ofi_io_all(int fd, void *buf, size_t len, int64_t deadline, int out)
-{
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t r;
-		int ret = ofi_wait_fd(fd, out ? POLLOUT : POLLIN, deadline);
-
-		if (ret)
-			return ret;
-		r = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-			: recv(fd, p, len, MSG_DONTWAIT);
-		if (r == 0)
-			return -ECONNRESET;
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += r;
-		len -= (size_t)r;
-	}
-	return 0;
-}
-
-/* A frame is a 4-byte big-endian length and that many handshake bytes. */
-int ofi_send_frame(int fd, const uint8_t *hs, size_t len, int64_t deadline)
-{
-	uint8_t frame[4 + WIMM_HS_MAX_LEN];
-
-	if (len > WIMM_HS_MAX_LEN)
-		return -EMSGSIZE;
-	frame[0] = (uint8_t)(len >> 24);
-	frame[1] = (uint8_t)(len >> 16);
-	frame[2] = (uint8_t)(len >> 8);
-	frame[3] = (uint8_t)len;
-	memcpy(frame + 4, hs, len);
-	return ofi_io_all(fd, frame, 4 + len, deadline, 1);
-}
-
-static int ofi_recv_frame(int fd, uint8_t *hs, size_t cap, size_t *len, int64_t deadline)
-{
-	uint8_t hdr[4];
-	uint32_t n;
-	int ret;
-
-	ret = ofi_io_all(fd, hdr, 4, deadline, 0);
-	if (ret)
-		return ret;
-	n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-	if (n > cap || n > WIMM_HS_MAX_LEN)
-		return -EMSGSIZE;
-	*len = n;
-	return ofi_io_all(fd, hs, n, deadline, 0);
-}
-
-int ofi_sock_code(int err)
-{
-	switch (err) {
-	case ETIMEDOUT:
-		return WIMM_E_TIMEDOUT;
-	case EMSGSIZE:
-		return WIMM_E_PROTO;
-	case ECONNREFUSED:
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-		return WIMM_E_UNREACHABLE;
-	case ECONNRESET:
-	case EPIPE:
-		return WIMM_E_DISCONNECTED;
-	default:
-		return WIMM_E_PROVIDER;
-	}
-}
 
 int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *port_out)
 {
@@ -130,25 +42,17 @@ int ofi_sock_listen(struct ofi_lis *l, const char *host, const char *port, int *
 		goto err_freeaddr;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 64) ||
+	if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN) ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
 		ret = ofi_errno_err(l->ctx, errno, "bind/listen", WIMM_E_PROVIDER);
 		goto err_close;
 	}
 	freeaddrinfo(res);
-	/* The listener's fd is an epoll set of the socket and the connectors
-	 * still sending their handshake: readable when either moves. */
-	l->lepfd = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-	if (l->lepfd < 0 || epoll_ctl(l->lepfd, EPOLL_CTL_ADD, fd, &ev)) {
-		ret = ofi_errno_err(l->ctx, errno, "epoll (listener)", WIMM_E_PROVIDER);
-		if (l->lepfd >= 0)
-			close(l->lepfd);
-		close(fd);
+	/* The listener's fd: readable when a connector or a handshake moves. */
+	ret = wimm_sidechan_open(&l->sc, l->ctx->core, fd);
+	if (ret)
 		return ret;
-	}
-	l->sock = fd;
-	l->fd = l->lepfd;
+	l->fd = l->sc.epfd;
 	*port_out = ofi_sockaddr_port((struct sockaddr *)&ss);
 	return 0;
 
@@ -159,143 +63,53 @@ err_freeaddr:
 	return ret;
 }
 
-static void ofi_pend_drop(struct ofi_lis *l, int i)
+/* Where a whole request goes (ofi_sock_read). */
+struct ofi_hs_out {
+	struct ofi_ctx *x;
+	uint8_t *hs;
+	size_t *hs_len;
+};
+
+/* A connector's frame, a piece at a time; once whole, its handshake. */
+static int ofi_sock_read(struct wimm_sidechan_pend *p, void *arg)
 {
-	epoll_ctl(l->lepfd, EPOLL_CTL_DEL, l->pend[i].fd, NULL);
-	close(l->pend[i].fd);
-	l->pend[i] = l->pend[--l->npend];
-}
+	struct ofi_hs_out *o = arg;
+	int ret = wimm_sidechan_read_frame(p);
 
-/* Take every connector waiting in the accept queue. */
-static int ofi_sock_take(struct ofi_lis *l)
-{
-	while (l->npend < OFI_HS_PENDING) {
-		int fd = accept4(l->sock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
-			    errno == ECONNABORTED)
-				return 0;
-			return ofi_errno_err(l->ctx, errno, "accept", WIMM_E_PROVIDER);
-		}
-		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-		if (epoll_ctl(l->lepfd, EPOLL_CTL_ADD, fd, &ev)) {
-			close(fd);
-			return ofi_errno_err(l->ctx, errno, "epoll (connector)", WIMM_E_PROVIDER);
-		}
-		l->pend[l->npend] = (struct ofi_hs_pending){
-		    .fd = fd, .deadline_ms = wimm_now_ms() + OFI_HS_READ_MS};
-		l->npend++;
-	}
-	return 0;
-}
-
-/* Read what pend[i] has sent so far: 1 with a whole frame, 0 not yet, or
- * a negative WIMM_E_* (the connector is dropped). */
-static int ofi_pend_read(struct ofi_lis *l, int i)
-{
-	struct ofi_hs_pending *p = &l->pend[i];
-
-	for (;;) {
-		size_t want = p->got < 4 ? 4 - p->got : 0;
-		if (!want) {
-			uint32_t n = (uint32_t)p->buf[0] << 24 | (uint32_t)p->buf[1] << 16 |
-				     (uint32_t)p->buf[2] << 8 | p->buf[3];
-			if (n > WIMM_HS_MAX_LEN)
-				return ofi_errno_err(l->ctx, EMSGSIZE, "reading handshake",
-						     WIMM_E_PROTO);
-			want = 4 + n - p->got;
-			if (!want)
-				return 1;
-		}
-		ssize_t r = recv(p->fd, p->buf + p->got, want, MSG_DONTWAIT);
-		if (r == 0)
-			return ofi_errno_err(l->ctx, ECONNRESET, "reading handshake",
-					     WIMM_E_DISCONNECTED);
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-				return 0;
-			return ofi_errno_err(l->ctx, errno, "reading handshake",
-					     ofi_sock_code(errno));
-		}
-		p->got += (size_t)r;
-	}
-}
-
-/* A request whose whole handshake frame is here, without waiting on any
- * connector: a slow or silent one cannot hold up the others (it is
- * dropped when its OFI_HS_READ_MS run out). Errors of one connector are
- * returned once, as the request's failure, like a bad handshake. */
-static int ofi_sock_ready(struct ofi_lis *l, struct ofi_req *req, uint8_t *hs, size_t *hs_len)
-{
-	int64_t now = wimm_now_ms();
-	int ret = ofi_sock_take(l);
-
-	if (ret)
-		return ret;
-	for (int i = 0; i < l->npend; i++) {
-		ret = ofi_pend_read(l, i);
-		if (ret < 0) {
-			ofi_pend_drop(l, i);
-			return ret;
-		}
-		if (ret == 0) {
-			if (now < l->pend[i].deadline_ms)
-				continue;
-			ofi_pend_drop(l, i);
-			return ofi_errno_err(l->ctx, ETIMEDOUT, "reading handshake",
-					     WIMM_E_TIMEDOUT);
-		}
-		struct ofi_hs_pending *p = &l->pend[i];
+	if (ret < 0)
+		return wimm_sidechan_fail(o->x->core, -ret, "reading handshake");
+	if (ret == 1) {
 		size_t n = p->got - 4;
-		if (n > *hs_len)
-			n = *hs_len;
-		memcpy(hs, p->buf + 4, n);
-		*hs_len = n;
-		epoll_ctl(l->lepfd, EPOLL_CTL_DEL, p->fd, NULL);
-		req->sock = p->fd;
-		l->pend[i] = l->pend[--l->npend];
-		return 0;
+
+		if (n > *o->hs_len)
+			n = *o->hs_len;
+		memcpy(o->hs, p->buf + 4, n);
+		*o->hs_len = n;
 	}
-	return WIMM_E_AGAIN;
+	return ret;
+}
+
+/* shm moves only when we read our CQs: a connector that is finishing its
+ * set-up with us (its first write waits for our progress to take its
+ * name) would otherwise wait for as long as we wait for the next one.
+ * What progress finds stays in the lanes' rings. */
+static void ofi_sock_idle(void *arg)
+{
+	struct ofi_ctx *x = arg;
+
+	if (x->nkick)
+		ofi_kick_pending(x);
+	for (struct ofi_lane *ln = x->lanes; ln; ln = ln->next)
+		ofi_lane_fill(ln, x, 0);
 }
 
 int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
 		     size_t *hs_len)
 {
-	int64_t deadline = wimm_now_ms() + timeout_ms;
+	struct ofi_hs_out o = {l->ctx, hs, hs_len};
 
-	for (;;) {
-		struct epoll_event ev[8];
-		int ret = ofi_sock_ready(l, req, hs, hs_len);
-
-		if (ret != WIMM_E_AGAIN)
-			return ret;
-		if (timeout_ms == 0)
-			return WIMM_E_AGAIN;
-		int wait = timeout_ms < 0 ? -1 : wimm_remaining_ms(deadline);
-		if (wait == 0)
-			return WIMM_E_TIMEDOUT;
-		/* Wake for the next connector's deadline too. */
-		if (l->npend && (wait < 0 || wait > 100))
-			wait = 100;
-		/* shm moves only when we read our CQs: a connector that is
-		 * finishing its set-up with us (its first write waits for our
-		 * progress to take its name) would otherwise wait for as long as
-		 * we wait here for the next one. Progress every millisecond;
-		 * what it finds stays in the lanes' rings. */
-		if (l->ctx->lanes) {
-			if (l->ctx->nkick)
-				ofi_kick_pending(l->ctx);
-			for (struct ofi_lane *ln = l->ctx->lanes; ln; ln = ln->next)
-				ofi_lane_fill(ln, l->ctx, 0);
-			if (wait < 0 || wait > 1)
-				wait = 1;
-		}
-		if (epoll_wait(l->lepfd, ev, 8, wait) < 0 && errno != EINTR)
-			return ofi_errno_err(l->ctx, errno, "epoll_wait (listener)",
-					     WIMM_E_PROVIDER);
-	}
+	return wimm_sidechan_request(&l->sc, timeout_ms, ofi_sock_read, &o,
+				     l->ctx->lanes ? ofi_sock_idle : NULL, l->ctx, &req->sock);
 }
 
 /* RDM: which lane may take a request depends on who it is (ofi_lane.c).
@@ -333,13 +147,13 @@ int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *port, con
 		err = errno;
 		goto err_close;
 	}
-	err = -ofi_wait_fd(fd, POLLOUT, deadline);
+	err = -wimm_sidechan_wait_fd(fd, POLLOUT, deadline, NULL);
 	if (!err && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el))
 		err = errno;
 	if (!err)
-		err = -ofi_send_frame(fd, hs, hs_len, deadline);
+		err = -wimm_sidechan_send_frame(fd, hs, hs_len, deadline);
 	if (!err)
-		err = -ofi_recv_frame(fd, reply, *reply_len, reply_len, deadline);
+		err = -wimm_sidechan_recv_frame(fd, reply, *reply_len, reply_len, deadline);
 	if (err)
 		goto err_close;
 	freeaddrinfo(res);
@@ -351,7 +165,7 @@ int ofi_sock_connect(struct ofi_conn *c, const char *host, const char *port, con
 
 err_close:
 	close(fd);
-	ret = ofi_errno_err(x, err, "connect", ofi_sock_code(err));
+	ret = wimm_sidechan_fail(x->core, err, "connect");
 err_freeaddr:
 	freeaddrinfo(res);
 	return ret;
@@ -432,12 +246,11 @@ int ofi_sock_conn_ready(struct ofi_conn *c, const struct wimm_handshake *peer)
 		return ret;
 	if (c->frame) {
 		/* A fresh socket has room for one small frame: never waits. */
-		ret = ofi_send_frame(c->sock, c->frame, c->frame_len, wimm_now_ms());
+		ret = wimm_sidechan_send_frame(c->sock, c->frame, c->frame_len, wimm_now_ms());
 		free(c->frame);
 		c->frame = NULL;
 		if (ret)
-			return ofi_errno_err(c->ctx, -ret, "sending handshake",
-					     ofi_sock_code(-ret));
+			return wimm_sidechan_fail(c->ctx->core, -ret, "sending handshake");
 	}
 	c->connected = 1;
 	if (!c->up_pending) {

@@ -171,6 +171,7 @@ extern const struct conf_test conf_tests_counter[];
 extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
 extern const struct conf_test conf_tests_atomic[];
+extern const struct conf_test conf_tests_connect_burst[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);
@@ -180,6 +181,10 @@ void remove_shm_regions(pid_t pid);
 /* The ipc fabric's listener at "host:port" (an abstract unix socket):
  * a connected SOCK_SEQPACKET socket, or -1 (conf_hostile.c). */
 int conf_ipc_dial(const char *addr);
+/* A raw socket to the listener at addr (TCP; ipc: its unix socket, the
+ * bytes as one message with three fds) that has sent buf: its fd, or -1
+ * (conf_input.c). */
+int conf_raw_send(const char *uri, const char *addr, const uint8_t *buf, size_t len);
 /* One message of len bytes with three fds attached (SCM_RIGHTS): 0 or -1. */
 int conf_ipc_send(int sock, const uint8_t *buf, size_t len, const int *fd);
 /* The client role of conf_requests.c: --child client URI ADDR PARAMS. */
@@ -218,6 +223,8 @@ int child_cmd(int block);
 int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx);
 int conf_server_child_main(int argc, char **argv);
 int conf_server_scale_child(int argc, char **argv);
+/* The burst tests' client role (conf_connect_burst.c). */
+int conf_burst_child(int argc, char **argv);
 /* The load tests' own roles (conf_server_event_loop.c, conf_server_cycles.c),
  * dispatched by conf_server_scale_child. */
 int child_loop(const char *uri, const char *addr, const char *mode, int rxd, int nev,

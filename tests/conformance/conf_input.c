@@ -176,8 +176,7 @@ static int raw_send_ipc(const char *addr, const uint8_t *buf, size_t len)
 	return fd;
 }
 
-/* Connect a raw TCP socket to the listener and send bytes, then close. */
-static int raw_send(const char *uri, const char *addr, const uint8_t *buf, size_t len)
+int conf_raw_send(const char *uri, const char *addr, const uint8_t *buf, size_t len)
 {
 	char host[256];
 	const char *colon = strrchr(addr, ':');
@@ -275,7 +274,7 @@ static void t_bad_handshake(const char *uri)
 		goto out;
 	for (size_t i = 0; i < sizeof(frame_cases) / sizeof(frame_cases[0]); i++) {
 		size_t n = make_frame((int)i, frame);
-		int fd = raw_send(uri, addr, frame, n);
+		int fd = conf_raw_send(uri, addr, frame, n);
 
 		CHECKF(fd >= 0, "%s: cannot reach the listener over TCP", frame_cases[i].what);
 		int64_t t0 = conf_now_ms();
@@ -291,7 +290,7 @@ static void t_bad_handshake(const char *uri)
 		CHECK(conf_now_ms() - t0 < 6000);
 	}
 	/* A peer that connects and says nothing at all, then leaves. */
-	int fd = raw_send(uri, addr, NULL, 0);
+	int fd = conf_raw_send(uri, addr, NULL, 0);
 
 	CHECK(fd >= 0);
 	close(fd);

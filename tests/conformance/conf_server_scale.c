@@ -197,6 +197,8 @@ int conf_server_scale_child(int argc, char **argv)
 {
 	if (strcmp(argv[0], "many") == 0 && argc == 5)
 		return child_many(argv[1], atoi(argv[2]), atoi(argv[3]), argv[4]);
+	if (strcmp(argv[0], "burst") == 0)
+		return conf_burst_child(argc, argv);
 	if (strcmp(argv[0], "cycles") == 0 && argc == 3)
 		return child_cycles(argv[1], argv[2]);
 	if (strcmp(argv[0], "loop") == 0 && argc == 7)
