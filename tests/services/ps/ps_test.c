@@ -51,6 +51,12 @@ void spawn(struct proc *p, const char *name, char *const argv[])
 	p->status = -1;
 	snprintf(p->out, sizeof(p->out), "%s/%s.out", tmpdir, name);
 	snprintf(p->err, sizeof(p->err), "%s/%s.err", tmpdir, name);
+	/* Opened (and emptied) before the child runs: the caller may read
+	 * p->out at once for the line a server prints. */
+	int out = open(p->out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err = open(p->err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (out < 0 || err < 0)
+		die("cannot create %s: %s", p->out, strerror(errno));
 	fflush(NULL);
 	p->pid = fork();
 	if (p->pid < 0)
@@ -59,13 +65,13 @@ void spawn(struct proc *p, const char *name, char *const argv[])
 		/* A test killed by ctest's timeout must not leave its servers
 		 * and workers running. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int out = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int err = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		if (dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);
 	}
+	close(out);
+	close(err);
 }
 
 /* 1 when p has ended (its status recorded), 0 while it runs. */
