@@ -3,11 +3,11 @@
  * Every failure ends the process with status 1 after a message naming what
  * failed: a benchmark that reports numbers after an error would lie.
  */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #include "cli.h"
@@ -585,9 +585,9 @@ void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_of
 		else
 			/* Nothing came back: only the receiver can help now,
 			 * and on a busy host it may be waiting for this very
-			 * CPU (docs/performance.md: ofi:tcp's rate on one core
-			 * went from 3-6k to 10-50k msg/s). Returns at once
-			 * when nothing else is runnable. */
+			 * CPU (docs/performance.md: ofi:tcp's rate, both ends
+			 * on one CPU, went from 3.4-6.1k to 9.8-52.9k msg/s).
+			 * Returns at once when nothing else is runnable. */
 			sched_yield();
 		if (ep->peer_gone)
 			fail_peer_gone(ep, "credits");
