@@ -102,6 +102,24 @@ def rate_peers(cls, available):
             for t in ("ucp_am_bw", "ucp_put_bw")]
 
 
+# ucx_perftest's bandwidth clock stops when its sender has handed the last
+# message to the transport; wimm's when the receiver acknowledged it. Over
+# tcp the socket buffers (Linux's tcp_wmem allows 4 MiB) take a short run
+# whole, so its sender never waits for the receiver: 10000 8-byte ucp_am_bw
+# messages measured 0.30-0.44 M/s, 1M of them 0.21-0.27 M/s in the same
+# minutes (docs/performance.md). Its tcp runs carry at least this many bytes
+# (at most PEER_TCP_MAX_MSGS messages), so the buffers hold a small part.
+PEER_TCP_BYTES = 64 * MIB
+PEER_TCP_MAX_MSGS = 1000000
+
+
+def peer_rate_iters(cls, peer, size, iters):
+    """Messages a rate peer sends: ITERS, more for ucx_perftest over tcp."""
+    if cls != "tcp" or peer["tool"] != "ucx_perftest":
+        return iters
+    return max(iters, min(PEER_TCP_MAX_MSGS, PEER_TCP_BYTES // max(size, 1)))
+
+
 def _peer_case(kind, cls, peer, size, iters):
     return dict(peer, key=f"{kind}|{cls}|{peer['label']}|{size}", kind=kind, cls=cls,
                 size=size, iters=iters)
@@ -123,7 +141,9 @@ def build(settings, fabrics, available):
         """wimm's cases of one point on the fabrics of a class, then the peers'."""
         g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)])
              for f in fabrics if transport_class(f) == cls for op in ops]
-        return g + [_peer_case(kind, cls, p, size, iters) for p in peers]
+        return g + [_peer_case(kind, cls, p, size,
+                               peer_rate_iters(cls, p, size, iters) if mode == "rate" else iters)
+                    for p in peers]
 
     # Latency at the goal sizes, then the latency peers.
     for size in s.lat_sizes:

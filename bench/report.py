@@ -266,7 +266,11 @@ def render(data, stem):
              "A `ucp_put_bw` put tells the receiver nothing (only the sender's final flush "
              "completes), like `write_poll`; a `ucp_am_bw` message runs a handler at the "
              "receiver, like a `write_imm` doorbell; `ib_write_bw` and `ib_send_bw` likewise. "
-             "The verdict compares each strategy with the best of them, as the goal says.",
+             "The verdict compares each strategy with the best of them, as the goal says. "
+             "wimm's clock stops when the receiver has acknowledged the last message, "
+             "ucx_perftest's when its sender has handed the last one to the transport: its "
+             "tcp runs therefore send at least 64 MiB (at most 1M messages), so that the "
+             "socket buffers hold a small part of the run (docs/performance.md).",
              rate_detail(rate_rows),
              "### Latency at the goal sizes, every run's median and average (µs, one-way)",
              latency_detail(ix, meta),

@@ -127,7 +127,7 @@ void bulk_report(const struct bench_opts *opts, const struct bench_result *res)
 		       "\"warmup\": %u, \"depth\": %u, \"elapsed_s\": %.6f, \"median_ms\": %.4f, "
 		       "\"avg_ms\": %.4f, \"bw_mbps\": %.3f",
 		       res->fabric, notify, bench_wait_name(opts->wait_mode), opts->size,
-		       opts->chunk, chunk_count(opts), res->count, opts->warmup, opts->depth,
+		       opts->chunk, chunk_count(opts), res->count, opts->warmup, res->depth,
 		       (double)res->elapsed_ns / 1e9, median_ms, avg_ms, bw_mbps);
 		if (res->rx.measured)
 			printf(", \"rx_cpu_user_s\": %.6f, \"rx_cpu_sys_s\": %.6f, "

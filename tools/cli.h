@@ -17,6 +17,13 @@
 
 #define CLI_DEFAULT_PORT 7471
 #define CLI_DEFAULT_DEPTH 64
+/* rate without -d: the fabric's deepest window up to this. A stream's sender
+ * waits for credits once a window is out; on a shared host that wait can be
+ * a scheduler time slice, so 64 in flight cost ofi:tcp most of its rate
+ * (docs/performance.md). perftest's ib_send_bw keeps 512 receives posted. */
+#define CLI_RATE_DEPTH 256u
+/* ... but never more receive-buffer memory than this for send_imm. */
+#define CLI_RATE_WINDOW_BYTES (64u << 20)
 #define CLI_DEFAULT_TIMEOUT_S 30
 #define CLI_PINGPONG_ITERS 10000u
 #define CLI_RATE_ITERS 100000u
@@ -56,7 +63,8 @@ struct bench_opts {
 	int stats; /* print each context's counters (wimm_ctx_stats) at the end */
 	enum wimm_wait_mode wait_mode;
 	uint32_t depth;
-	int timeout_ms; /* longest silence from the peer; -1: wait forever */
+	int depth_given; /* -d: else the mode's default (ep_open picks rate's) */
+	int timeout_ms;	 /* longest silence from the peer; -1: wait forever */
 	int timeout_given;
 	const char *host;  /* NULL: server */
 	double pace_per_s; /* rate: offered messages per second; 0: as fast as credits allow */
@@ -108,6 +116,7 @@ struct endpoint {
 	size_t window_len;
 	unsigned char *source;
 	size_t slot_len; /* the source holds two slots of this size */
+	uint32_t depth;	 /* the receive window in use: -d, or its default */
 	uint32_t sq_depth;
 	struct wimm_mr *window_mr;
 	struct wimm_mr *source_mr;
@@ -194,6 +203,7 @@ struct bench_result {
 	char fabric[64];
 	uint32_t count;
 	uint64_t elapsed_ns;
+	uint32_t depth;	  /* the client's receive window */
 	uint64_t *rtt_ns; /* pingpong: one round trip per timed iteration; bulk: per transfer */
 	struct rx_cpu rx; /* --self: the server thread's CPU */
 };

@@ -107,7 +107,8 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "  -n ITERS      timed iterations (default: %u)\n"
 	    "  -w WARMUP     untimed iterations before (default: %s)\n"
 	    "  -p PORT       TCP port (default: %d; --self: a free one)\n"
-	    "  -d DEPTH      receive window, doorbells in flight (default: %d)\n"
+	    "  -d DEPTH      receive window, doorbells in flight (default: %d; rate: see\n"
+	    "                below)\n"
 	    "  --wait MODE   spin | block | adaptive (default: spin)\n"
 	    "  --self        both ends in this process, two threads with a context each, over\n"
 	    "                HOST if given, else 127.0.0.1 (verbs: the address of the\n"
@@ -134,6 +135,7 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    mode == BENCH_RATE
 		? "  --rate N      client: offer N messages per second in the timed round\n"
 		  "                (default: as fast as credits allow)\n"
+		  "                without -d the window is the fabric's deepest, at most 256\n"
 	    : mode == BENCH_BULK
 		? "  --chunk SIZE  bytes per write (default: 64K)\n"
 		  "  --notify WHEN each: a write_imm per chunk; last: plain writes and one\n"
@@ -348,6 +350,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 			out->depth = (uint32_t)parse_count("-d", optarg, 1, CLI_MAX_DEPTH);
 			if (out->depth == 0)
 				usage_error("%s must be at least 1", "-d");
+			out->depth_given = 1;
 			break;
 		case 'h':
 			usage_bench(stdout, mode);

@@ -95,7 +95,7 @@ static void print_json(const struct bench_opts *opts, const struct bench_result 
 	printf(", \"op\": \"%s\", \"wait\": \"%s\", \"size\": %zu, \"iters\": %u, \"warmup\": %u"
 	       ", \"depth\": %u",
 	       bench_op_name(opts->op), bench_wait_name(opts->wait_mode), opts->size, res->count,
-	       opts->warmup, opts->depth);
+	       opts->warmup, res->depth);
 	json_number("elapsed_s", (double)res->elapsed_ns / 1e9, 1);
 	json_number("min_us", pingpong ? lat->min_us : 0, pingpong);
 	json_number("max_us", pingpong ? lat->max_us : 0, pingpong);
@@ -118,7 +118,7 @@ static void print_header(const struct bench_opts *opts, const struct bench_resul
 	printf(RULE);
 	printf(" wimm %s   fabric: %s   op: %s   wait: %s   depth: %u\n",
 	       opts->mode == BENCH_PINGPONG ? "pingpong" : "rate", res->fabric,
-	       bench_op_name(opts->op), bench_wait_name(opts->wait_mode), opts->depth);
+	       bench_op_name(opts->op), bench_wait_name(opts->wait_mode), res->depth);
 	if (opts->mode == BENCH_PINGPONG)
 		printf(" one-way latency = round trip / 2; %u warm-up iterations not counted\n",
 		       opts->warmup);

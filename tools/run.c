@@ -32,6 +32,7 @@ static void run_client(struct endpoint *ep, const char *host, int port, struct b
 		rate_client(ep, res);
 	msg_finish_client(ep);
 	snprintf(res->fabric, sizeof(res->fabric), "%s", wimm_ctx_fabric(ep->ctx));
+	res->depth = ep->depth;
 	ep_close(ep);
 }
 

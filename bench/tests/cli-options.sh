@@ -85,4 +85,22 @@ grep -q "expected the doorbell of chunk 0 (65536 bytes)" "$work/server.err" \
 # --notify each with a last chunk shorter than the others.
 "$WIMM" bulk --self -f "$FABRIC" --json -s 100000 --chunk 4K -n 2 >"$work/each.json"
 json_check "$work/each.json" 'd["chunks"] == 25 and d["rx_doorbells"] == 50'
+
+# rate's window without -d: the fabric's max_depth up to 256 (fewer for
+# send_imm when 256 receive buffers would pass 64 MiB, never below 64); -d
+# wins. The fabric's max_depth is what its refusal of the deepest -d names.
+rc=0
+"$WIMM" rate --self -f "$FABRIC" -n 10 -d 65536 >/dev/null 2>"$work/err" || rc=$?
+max_depth=$(sed -n 's/.*deeper than .* allows: use -d \([0-9]*\) or less.*/\1/p' "$work/err")
+[ "$rc" -eq 1 ] && [ -n "$max_depth" ] || fail "rate -d 65536 exited with $rc: $(cat "$work/err")"
+want=$(( max_depth < 256 ? max_depth : 256 ))
+"$WIMM" rate --self -f "$FABRIC" --json -n 2000 >"$work/window.json"
+json_check "$work/window.json" "d['depth'] == $want"
+want=$(( max_depth < 64 ? max_depth : 64 ))
+"$WIMM" rate --self -f "$FABRIC" --json -n 200 -o send_imm -s 1M >"$work/window.json"
+json_check "$work/window.json" "d['depth'] == $want"
+"$WIMM" rate --self -f "$FABRIC" --json -n 2000 -d 16 >"$work/window.json"
+json_check "$work/window.json" "d['depth'] == 16"
+"$WIMM" pingpong --self -f "$FABRIC" --json -n 200 >"$work/window.json"
+json_check "$work/window.json" "d['depth'] == 64"
 echo "cli-options: ok"

@@ -81,6 +81,23 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(plan.transport_class("ipc"), "intra-host")
         self.assertEqual(plan.transport_class("verbs:rxe0"), "verbs")
 
+    def test_plan_peers_and_their_runs(self):
+        s = plan.Settings(full=False, rounds=1)
+        groups = plan.build(s, ["ofi:tcp", "ipc"], {"ucx_perftest", "fi_pingpong"})
+        cases = {c["key"]: c for g in groups for c in g}
+        # ipc is intra-host: measured against libfabric's shm and UCX's sm.
+        self.assertIn("lat|intra-host|fi_pingpong -p shm -e rdm|8", cases)
+        self.assertIn("lat|intra-host|ucp_am_lat UCX_TLS=sm|8", cases)
+        self.assertIn("lat|ipc|write_imm|8", cases)
+        self.assertIn("rate|ipc|write_imm|8", cases)
+        # UCX over tcp streams past its socket buffers; wimm and sm do not need to.
+        self.assertEqual(cases["rate|tcp|ucp_am_bw UCX_TLS=tcp|8"]["iters"], 1000000)
+        self.assertEqual(cases["rate|tcp|ucp_put_bw UCX_TLS=tcp|4096"]["iters"], 16384)
+        self.assertEqual(cases["curve_bw|tcp|ucp_am_bw UCX_TLS=tcp|4194304"]["iters"], 32)
+        self.assertEqual(cases["rate|intra-host|ucp_am_bw UCX_TLS=sm|8"]["iters"], s.rate_iters)
+        self.assertEqual(cases["rate|ofi:tcp|write_imm|8"]["args"][-1], str(s.rate_iters))
+        self.assertEqual(cases["lat|tcp|ucp_am_lat UCX_TLS=tcp|8"]["iters"], s.lat_iters)
+
     def test_backtrace_frames_left_out(self):
         text = "wimm:1 terminated with signal 11\n/lib/libfabric.so.1(+0xbb)[0x7f]\nend"
         self.assertEqual(runners._tail(text), "wimm:1 terminated with signal 11 | end")
