@@ -21,6 +21,8 @@ void raw_tcp_peer_progress(struct raw_tcp_peer *r)
 	struct fi_cq_data_entry d[16];
 	ssize_t k = fi_cq_read(r->cq, d, 16);
 	for (ssize_t i = 0; i < k; i++) {
+		if (d[i].flags & FI_REMOTE_CQ_DATA)
+			r->imm[r->doorbells++ % RAW_IMM_KEPT] = (uint32_t)d[i].data;
 		if (d[i].flags & FI_RECV) {
 			/* The slot's index is its context. */
 			size_t slot = (size_t)(uintptr_t)d[i].op_context;
@@ -35,7 +37,59 @@ void raw_tcp_peer_progress(struct raw_tcp_peer *r)
 		struct fi_cq_err_entry e = {0};
 		fi_cq_readerr(r->cq, &e, 0);
 		r->failed++;
+		r->last_error = e.err;
 	}
+	struct fi_eq_cm_entry cm;
+	uint32_t event;
+	ssize_t rd = fi_eq_read(r->eq, &event, &cm, sizeof(cm), 0);
+	if (rd == -FI_EAVAIL) {
+		struct fi_eq_err_entry e = {0};
+		fi_eq_readerr(r->eq, &e, 0);
+		r->shutdown = 1;
+	} else if (rd >= 0 && event == FI_SHUTDOWN) {
+		r->shutdown = 1;
+	}
+}
+
+long raw_tcp_peer_await(struct raw_tcp_peer *r, int (*match)(uint32_t imm, void *arg), void *arg,
+			int timeout_ms)
+{
+	for (int64_t until = now_ms() + timeout_ms;;) {
+		/* A close seen before this progress: what came before it has
+		 * been read by now. */
+		int closed = r->shutdown;
+		raw_tcp_peer_progress(r);
+		if (r->imm_next < r->doorbells - RAW_IMM_KEPT)
+			r->imm_next = r->doorbells - RAW_IMM_KEPT;
+		while (r->imm_next < r->doorbells) {
+			uint32_t imm = r->imm[r->imm_next++ % RAW_IMM_KEPT];
+			if (match(imm, arg))
+				return imm;
+		}
+		if (closed)
+			return -FI_ECONNRESET;
+		if (now_ms() >= until)
+			return -FI_ETIMEDOUT;
+	}
+}
+
+int raw_tcp_peer_write_wait(struct raw_tcp_peer *r, uint64_t addr, size_t len, int doorbell,
+			    uint32_t imm, int timeout_ms)
+{
+	int done = r->done, failed = r->failed;
+	int ret = raw_tcp_peer_write(r, addr, len, doorbell, imm);
+	for (int64_t until = now_ms() + timeout_ms; !ret;) {
+		raw_tcp_peer_progress(r);
+		if (r->failed != failed)
+			return r->last_error > 0 ? -r->last_error : -FI_EIO;
+		if (r->done != done)
+			return 0;
+		if (r->shutdown)
+			return -FI_ECONNRESET;
+		if (now_ms() >= until)
+			return -FI_ETIMEDOUT;
+	}
+	return ret;
 }
 
 int raw_tcp_peer_open(struct raw_tcp_peer *r, void *src, size_t src_len, void *win, size_t win_len)
@@ -92,6 +146,9 @@ int raw_tcp_peer_open(struct raw_tcp_peer *r, void *src, size_t src_len, void *w
 	if (!ret)
 		ret = fi_mr_reg(r->domain, r->rx, sizeof(r->rx), FI_RECV, 0, key + 3, 0, &r->rx_mr,
 				NULL);
+	if (!ret)
+		ret = fi_mr_reg(r->domain, &r->null_word, sizeof(r->null_word), FI_REMOTE_WRITE,
+				(uint64_t)(uintptr_t)&r->null_word, 0, 0, &r->null_mr, NULL);
 	for (size_t slot = 0; !ret && slot < RAW_RX_SLOTS; slot++)
 		ret = (int)fi_recv(r->ep, r->rx[slot], RAW_RX_SIZE, fi_mr_desc(r->rx_mr), 0,
 				   (void *)(uintptr_t)slot);
@@ -179,9 +236,9 @@ void raw_tcp_peer_close(struct raw_tcp_peer *r)
 {
 	struct fid *f[] = {r->ep ? &r->ep->fid : NULL,	       r->rx_mr ? &r->rx_mr->fid : NULL,
 			   r->ctl_mr ? &r->ctl_mr->fid : NULL, r->src_mr ? &r->src_mr->fid : NULL,
-			   r->win_mr ? &r->win_mr->fid : NULL, r->cq ? &r->cq->fid : NULL,
-			   r->eq ? &r->eq->fid : NULL,	       r->domain ? &r->domain->fid : NULL,
-			   r->fabric ? &r->fabric->fid : NULL};
+			   r->win_mr ? &r->win_mr->fid : NULL, r->null_mr ? &r->null_mr->fid : NULL,
+			   r->cq ? &r->cq->fid : NULL,	       r->eq ? &r->eq->fid : NULL,
+			   r->domain ? &r->domain->fid : NULL, r->fabric ? &r->fabric->fid : NULL};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		if (f[i])
 			fi_close(f[i]);

@@ -4,9 +4,10 @@
  * nothing lost or duplicated).
  *
  *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input |
- *                        replication | truncate | hostile
+ *                        replication | truncate | hostile | raw_peer
  *
- * (replication, truncate and hostile are in log_test_repl.c.)
+ * (replication, truncate and hostile are in log_test_repl.c, raw_peer in
+ * log_test_raw.c.)
  *
  * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
  * writers x 100k entries (about 52 GB of segments in TMPDIR);
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
 	if (argc != 4) {
 		fprintf(stderr,
 			"usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input|"
-			"replication|truncate|hostile\n",
+			"replication|truncate|hostile|raw_peer\n",
 			argv[0]);
 		return 2;
 	}
@@ -320,7 +321,7 @@ int main(int argc, char **argv)
 	} tests[] = {{"concurrent", test_concurrent},	{"crash", test_crash},
 		     {"writer_kill", test_writer_kill}, {"bad_input", test_bad_input},
 		     {"replication", test_replication}, {"truncate", test_truncate},
-		     {"hostile", test_hostile}};
+		     {"hostile", test_hostile},		{"raw_peer", test_raw_peer}};
 	int rc = -2;
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
 		if (!strcmp(argv[3], tests[i].name))

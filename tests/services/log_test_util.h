@@ -95,6 +95,8 @@ struct verify {
 int check_entry(void *arg, const struct wimm_log_entry *e);
 /* Read the whole log at port and check every entry. */
 int verify_log(int port, struct verify *v);
+/* The statistics of the server at port (a reader's stat): 0 or an error. */
+int stat_of(int port, struct wimm_log_stat *st);
 /* Writers 1..n each hold exactly per entries. */
 int check_counts(const struct verify *v, unsigned n, uint64_t per);
 
@@ -105,5 +107,6 @@ int test_bad_input(void);
 int test_replication(void);
 int test_truncate(void);
 int test_hostile(void);
+int test_raw_peer(void);
 
 #endif
