@@ -234,6 +234,24 @@ int test_bad_input(void)
 		       "--gen",		 "1",	 "--size", "100",	  NULL};
 	st = run(&p, gap);
 	CHECK(st == 2 && strstr(p.errtext, "sequence gap"), "gap: %d: %s", st, p.errtext);
+	/* --timeout: out of range refused; a server that does not answer
+	 * (stopped) fails the writer after its timeout, not the default. */
+	char *bad_to[] = {(char *)wimm_bin, "log",	 "append", addr, "-f",
+			  (char *)fabric,   "--timeout", "0",	   NULL};
+	st = run(&p, bad_to);
+	CHECK(st == 2 && strstr(p.errtext, "--timeout must be"), "--timeout 0: %d: %s", st,
+	      p.errtext);
+	char *short_to[] = {(char *)wimm_bin, "log",  "append",	   addr,    "-f",
+			    (char *)fabric,   "--id", "8",	   "--gen", "1",
+			    "--size",	      "100",  "--timeout", "1000",  NULL};
+	kill(srv.pid, SIGSTOP);
+	int64_t t_stop = now_ms();
+	st = run(&p, short_to);
+	int64_t waited = now_ms() - t_stop;
+	kill(srv.pid, SIGCONT);
+	CHECK(st == 1 && waited < scaled_ms(12000),
+	      "append --timeout 1000 to a stopped server: status %d after %lld ms: %s", st,
+	      (long long)waited, p.errtext);
 	/* Nothing lost: writer 5 still holds 1..3, and goes on at 4. */
 	char *more[] = {(char *)wimm_bin, "log", "append", addr,  "-f", (char *)fabric, "--id", "5",
 			"--gen",	  "2",	 "--size", "100", NULL};
@@ -280,7 +298,9 @@ int test_bad_input(void)
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
 	printf("bad_input: uncreatable, non-directory, foreign and truncated directories refused "
-	       "unchanged; too big an entry and a sequence gap refused, nothing lost\n");
+	       "unchanged; too big an entry, a sequence gap and a bad --timeout refused, a stopped "
+	       "server given up after --timeout (%lld ms), nothing lost\n",
+	       (long long)waited);
 	return rc;
 }
 

@@ -210,14 +210,16 @@ int server_start_opts(struct proc *p, const char *d, int port, const char *const
 int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const char *size,
 		 const char *extra)
 {
-	char addr[64], idb[32], nb[32];
+	char addr[64], idb[32], nb[32], tb[32];
 	test_addr(addr, sizeof(addr), port);
 	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
 	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
+	/* The writer's patience scales with the fabric's slowness as ours. */
+	snprintf(tb, sizeof(tb), "%d", scaled_ms(15000));
 	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
 			(char *)fabric,	  "--id",	idb,	       "--gen",	     nb,
 			"--size",	  (char *)size, "--reconnect", "--progress", "50",
-			(char *)extra,	  NULL};
+			"--timeout",	  tb,		(char *)extra, NULL};
 	return spawn(p, argv);
 }
 
