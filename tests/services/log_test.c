@@ -3,15 +3,18 @@
  * libwimm_log's reader and checked (per-writer order, CRC32C, contents,
  * nothing lost or duplicated).
  *
- *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input |
- *                        replication | truncate | hostile | raw_peer
+ *   log_test WIMM FABRIC concurrent | concurrent_wide | crash | writer_kill |
+ *                        bad_input | replication | truncate | hostile | raw_peer
  *
  * (replication, truncate and hostile are in log_test_repl.c, raw_peer in
  * log_test_raw.c.)
  *
- * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
- * writers x 100k entries (about 52 GB of segments in TMPDIR);
- * WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose another shape. */
+ * concurrent is 16 writers x 2000 entries; concurrent_wide the issue's 64
+ * writers, 100 entries each. WIMM_LOG_TEST_LONG=1 runs the issue's long
+ * variant of concurrent: 64 writers x 100k entries (about 52 GB of
+ * segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
+ * another shape (ENTRIES also for concurrent_wide: the Soft-RoCE guest's
+ * smaller workload). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,16 +36,10 @@
 
 /* ------------------------------------------------------------------ tests */
 
-int test_concurrent(void)
+/* nw writers (separate processes) x per entries of 1..16384 bytes at
+ * once, every entry read back and checked. */
+static int concurrent_run(const char *name, unsigned nw, unsigned per, int wait_ms)
 {
-	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
-	unsigned nw = long_run ? 64 : 16, per = long_run ? 100000 : 2000;
-	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
-	const char *ew = getenv("WIMM_LOG_TEST_WRITERS"), *ee = getenv("WIMM_LOG_TEST_ENTRIES");
-	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
-		nw = (unsigned)atoi(ew);
-	if (ee && atoi(ee) > 0)
-		per = (unsigned)atoi(ee);
 	struct proc srv, w[MAX_PROCS];
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
@@ -51,7 +48,7 @@ int test_concurrent(void)
 		CHECK(writer_start(&w[i], port, i + 1, per, "1-16384", "--visible") == 0, "spawn");
 	int bad = 0;
 	for (unsigned i = 0; i < nw; i++) {
-		int st = proc_wait(&w[i], long_run ? 3600000 : 120000);
+		int st = proc_wait(&w[i], wait_ms);
 		if (st != 0) {
 			fprintf(stderr, "writer %u: status %d, %llu acknowledged: %s\n", i + 1, st,
 				(unsigned long long)w[i].durable, w[i].errtext);
@@ -71,13 +68,38 @@ int test_concurrent(void)
 	int rc = verify_log(port, v);
 	if (!rc)
 		rc = check_counts(v, nw, per);
-	printf("concurrent: %u writers x %u entries (1..16384 B), %llu entries read back and "
+	printf("%s: %u writers x %u entries (1..16384 B), %llu entries read back and "
 	       "checked in %.1f s\n",
-	       nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
+	       name, nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
 	free(v);
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit on SIGTERM: %s", srv.errtext);
 	return rc;
+}
+
+/* The entries per writer: WIMM_LOG_TEST_ENTRIES, else dflt. */
+static unsigned entries_per_writer(unsigned dflt)
+{
+	const char *e = getenv("WIMM_LOG_TEST_ENTRIES");
+	return e && atoi(e) > 0 ? (unsigned)atoi(e) : dflt;
+}
+
+int test_concurrent(void)
+{
+	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
+	unsigned nw = long_run ? 64 : 16, per = entries_per_writer(long_run ? 100000 : 2000);
+	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
+	const char *ew = getenv("WIMM_LOG_TEST_WRITERS");
+	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
+		nw = (unsigned)atoi(ew);
+	return concurrent_run("concurrent", nw, per, long_run ? 3600000 : 120000);
+}
+
+/* The issue's width: 64 writers connecting and appending at once (fewer
+ * entries each than concurrent's, which goes deep). */
+int test_concurrent_wide(void)
+{
+	return concurrent_run("concurrent_wide", 64, entries_per_writer(100), 300000);
 }
 
 int test_crash(void)
@@ -308,8 +330,8 @@ int main(int argc, char **argv)
 {
 	if (argc != 4) {
 		fprintf(stderr,
-			"usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input|"
-			"replication|truncate|hostile|raw_peer\n",
+			"usage: %s WIMM FABRIC concurrent|concurrent_wide|crash|writer_kill|"
+			"bad_input|replication|truncate|hostile|raw_peer\n",
 			argv[0]);
 		return 2;
 	}
@@ -338,10 +360,15 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*fn)(void);
-	} tests[] = {{"concurrent", test_concurrent},	{"crash", test_crash},
-		     {"writer_kill", test_writer_kill}, {"bad_input", test_bad_input},
-		     {"replication", test_replication}, {"truncate", test_truncate},
-		     {"hostile", test_hostile},		{"raw_peer", test_raw_peer}};
+	} tests[] = {{"concurrent", test_concurrent},
+		     {"crash", test_crash},
+		     {"writer_kill", test_writer_kill},
+		     {"bad_input", test_bad_input},
+		     {"replication", test_replication},
+		     {"truncate", test_truncate},
+		     {"hostile", test_hostile},
+		     {"raw_peer", test_raw_peer},
+		     {"concurrent_wide", test_concurrent_wide}};
 	int rc = -2;
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
 		if (!strcmp(argv[3], tests[i].name))

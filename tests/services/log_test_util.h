@@ -101,6 +101,7 @@ int stat_of(int port, struct wimm_log_stat *st);
 int check_counts(const struct verify *v, unsigned n, uint64_t per);
 
 int test_concurrent(void);
+int test_concurrent_wide(void);
 int test_crash(void);
 int test_writer_kill(void);
 int test_bad_input(void);
