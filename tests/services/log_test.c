@@ -13,8 +13,10 @@
  * writers, 100 entries each. WIMM_LOG_TEST_LONG=1 runs the issue's long
  * variant of concurrent: 64 writers x 100k entries (about 52 GB of
  * segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
- * another shape (ENTRIES also for concurrent_wide: the Soft-RoCE guest's
- * smaller workload). */
+ * another shape (ENTRIES also for concurrent_wide).
+ * WIMM_LOG_TEST_WORKLOAD=P runs concurrent, concurrent_wide, crash and
+ * writer_kill with P percent of their entries (1..100, default 100): the
+ * Soft-RoCE guest's smaller workload, the same checks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -77,11 +79,12 @@ static int concurrent_run(const char *name, unsigned nw, unsigned per, int wait_
 	return rc;
 }
 
-/* The entries per writer: WIMM_LOG_TEST_ENTRIES, else dflt. */
+/* The entries per writer: WIMM_LOG_TEST_ENTRIES, else dflt (as
+ * WIMM_LOG_TEST_WORKLOAD scales it). */
 static unsigned entries_per_writer(unsigned dflt)
 {
 	const char *e = getenv("WIMM_LOG_TEST_ENTRIES");
-	return e && atoi(e) > 0 ? (unsigned)atoi(e) : dflt;
+	return e && atoi(e) > 0 ? (unsigned)atoi(e) : workload(dflt);
 }
 
 int test_concurrent(void)
@@ -104,20 +107,21 @@ int test_concurrent_wide(void)
 
 int test_crash(void)
 {
-	enum { NW = 4, PER = 3000 };
+	enum { NW = 4 };
+	const unsigned per = workload(3000), mid = per / 10;
 	struct proc srv, w[NW];
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
 	for (int i = 0; i < NW; i++)
-		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0,
+		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, per, "1-16384", NULL) == 0,
 		      "spawn");
 	/* Mid-stream: every writer has something durable. */
 	int64_t end = now_ms() + scaled_ms(30000);
 	for (int i = 0; i < NW; i++)
-		while (w[i].durable < 300 && now_ms() < end)
+		while (w[i].durable < mid && now_ms() < end)
 			proc_line(&w[i], 50);
 	for (int i = 0; i < NW; i++)
-		CHECK(w[i].durable >= 300, "writer %d reported no progress", i + 1);
+		CHECK(w[i].durable >= mid, "writer %d reported no progress", i + 1);
 	kill(srv.pid, kill_sig);
 	proc_wait(&srv, 5000);
 	CHECK(WIFSIGNALED(srv.status) && WTERMSIG(srv.status) == SIGKILL,
@@ -148,7 +152,7 @@ int test_crash(void)
 	v->max = 16384;
 	int rc = verify_log(port, v);
 	if (!rc)
-		rc = check_counts(v, NW, PER);
+		rc = check_counts(v, NW, per);
 	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted: "
 	       "%llu recovered, writers resumed resending %llu; %llu entries, every writer "
 	       "complete, none lost or duplicated\n",
@@ -166,17 +170,18 @@ int test_writer_kill(void)
 	/* Three connections: the killed writer's slot must come back for c2. */
 	int port = server_start(&srv, 0, "--max-conns", "3");
 	CHECK(port > 0, "server");
-	CHECK(writer_start(&a, port, 1, 4000, "1-16384", NULL) == 0, "spawn");
-	CHECK(writer_start(&b, port, 2, 4000, "1-16384", NULL) == 0, "spawn");
+	const unsigned per = workload(4000), mid = workload(200), after = workload(500);
+	CHECK(writer_start(&a, port, 1, per, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&b, port, 2, per, "1-16384", NULL) == 0, "spawn");
 	CHECK(writer_start(&c, port, 3, 100000, "1-16384", NULL) == 0, "spawn");
 	int64_t end = now_ms() + scaled_ms(30000);
-	while (c.durable < 200 && now_ms() < end)
+	while (c.durable < mid && now_ms() < end)
 		proc_line(&c, 50);
-	CHECK(c.durable >= 200, "writer 3 made no progress");
+	CHECK(c.durable >= mid, "writer 3 made no progress");
 	kill(c.pid, kill_sig);
 	proc_wait(&c, 5000);
 	CHECK(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL, "writer 3 was not killed");
-	CHECK(writer_start(&c2, port, 3, 500, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&c2, port, 3, after, "1-16384", NULL) == 0, "spawn");
 	int sa = proc_wait(&a, 120000), sb = proc_wait(&b, 120000), sc = proc_wait(&c2, 120000);
 	CHECK(sa == 0 && sb == 0, "the other writers: %d %d: %s %s", sa, sb, a.errtext, b.errtext);
 	CHECK(sc == 0, "the writer's successor (its slot reclaimed?): %d: %s", sc, c2.errtext);
@@ -184,8 +189,8 @@ int test_writer_kill(void)
 	v->min = 1;
 	v->max = 16384;
 	int rc = verify_log(port, v);
-	if (!rc && (v->next_seq[1] != 4000 || v->next_seq[2] != 4000 ||
-		    v->next_seq[3] < c.durable + 500)) {
+	if (!rc && (v->next_seq[1] != per || v->next_seq[2] != per ||
+		    v->next_seq[3] < c.durable + after)) {
 		fprintf(stderr, "FAIL: writers hold %llu %llu %llu entries\n",
 			(unsigned long long)v->next_seq[1], (unsigned long long)v->next_seq[2],
 			(unsigned long long)v->next_seq[3]);

@@ -48,6 +48,16 @@ int scaled_ms(int ms)
 	return ms * (v > 0 ? v : 1);
 }
 
+unsigned workload(unsigned n)
+{
+	const char *e = getenv("WIMM_LOG_TEST_WORKLOAD");
+	int pct = e ? atoi(e) : 100;
+	if (pct < 1 || pct > 100)
+		pct = 100;
+	unsigned v = (unsigned)((uint64_t)n * (unsigned)pct / 100);
+	return v ? v : 1;
+}
+
 /* ------------------------------------------------------------ processes */
 
 static int spawn_with(struct proc *p, char *const argv[], int with_stdin)

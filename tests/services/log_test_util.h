@@ -44,6 +44,10 @@ char *test_addr(char *buf, size_t len, int port);
  * Soft-RoCE in the TCG guest. proc_line and proc_wait scale their own. */
 int scaled_ms(int ms);
 
+/* n entries at WIMM_LOG_TEST_WORKLOAD percent (1..100, default 100; at
+ * least 1): the Soft-RoCE guest's smaller workloads. */
+unsigned workload(unsigned n);
+
 struct proc {
 	pid_t pid;
 	int in;	      /* a pipe to its stdin (spawn_stdin), else -1 */
