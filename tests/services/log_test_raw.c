@@ -3,11 +3,12 @@
  * tests/common) against `wimm log serve`, beside an honest `wimm log
  * append` fed line by line.
  *
- * (a) One raw writer gets its ring as its window like any writer, puts one
- *     good entry in it, then writes into the honest writer's ring, across
- *     both ends of its own ring, into a ring no connection holds and past
- *     the arena's ends. The server's transport refuses them: every byte of
- *     the server's arena outside the raw writer's ring stays as it was
+ * (a) A raw writer gets its ring as its window like any writer and puts
+ *     one good entry in it; then raw writers, each on a connection of its
+ *     own, write into the honest writer's ring, across both ends of their
+ *     own ring, into a ring no connection holds and past the arena's ends.
+ *     The server's transport refuses each and drops its connection: every
+ *     byte of the server's arena outside the writer's ring stays as it was
  *     (read from the server process with process_vm_readv).
  * (b) Raw writers whose doorbells lie: a length past what was written, a
  *     length header past the ring, a sequence gap, a sequence replayed.
@@ -231,60 +232,114 @@ static size_t changed_outside(const unsigned char *before, const unsigned char *
 	return changed;
 }
 
-/* (a): out of its ring; *kept gets the entries of its that count. */
-static int raw_outside(struct proc *srv, int port, uint64_t *kept)
+/* One write outside the ring, on a connection of its own (the first one
+ * the target refuses ends the connection): 0 when the server dropped the
+ * connection or the write failed, and no byte of the arena outside the
+ * writer's ring changed. at() gives the address from the arena and the
+ * writer's ring. */
+struct outside {
+	const char *what;
+	uint64_t (*at)(uint64_t arena, uint64_t mine);
+	size_t len;
+	int doorbell;
+};
+
+static uint64_t at_honest(uint64_t arena, uint64_t mine)
+{
+	(void)mine;
+	return arena; /* slot 0 */
+}
+
+static uint64_t at_own_start(uint64_t arena, uint64_t mine)
+{
+	(void)arena;
+	return mine - 2048;
+}
+
+static uint64_t at_own_end(uint64_t arena, uint64_t mine)
+{
+	(void)arena;
+	return mine + RING - 2048;
+}
+
+/* The last ring, or the one before it when it is the writer's. */
+static uint64_t at_free(uint64_t arena, uint64_t mine)
+{
+	uint64_t last = arena + (uint64_t)(CONNS - 1) * RING;
+	return last == mine ? last - RING : last;
+}
+
+static uint64_t at_past(uint64_t arena, uint64_t mine)
+{
+	(void)mine;
+	return arena + (uint64_t)CONNS * RING;
+}
+
+static uint64_t at_before(uint64_t arena, uint64_t mine)
+{
+	(void)mine;
+	return arena - 4096;
+}
+
+static int raw_outside_one(struct proc *srv, int port, uint64_t id, uint64_t arena,
+			   const struct outside *o)
 {
 	static struct raw_writer w;
 	static unsigned char before[CONNS * RING], after[CONNS * RING];
-	CHECK(raw_connect(&w, port, 2) == 0, "raw writer 2");
-	uint64_t mine = w.p.srv.window_addr, arena = find_arena(srv->pid, mine);
-	CHECK(arena,
-	      "the honest writer's ring is not below the raw writer's (process_vm_readv: "
-	      "%s)",
-	      strerror(errno));
-	/* The control: a good entry in its own ring is taken. */
-	CHECK(raw_entry(&w, 0, 0, 0, 0) == 0, "the raw writer's own entry failed");
-	CHECK(raw_expect_ack(&w) == 0, "own entry");
-	*kept = 1;
+	CHECK(raw_connect(&w, port, id) == 0, "%s: raw writer %llu", o->what,
+	      (unsigned long long)id);
+	uint64_t mine = w.p.srv.window_addr;
 	CHECK(peek(srv->pid, arena, before, sizeof(before)) == 0, "read the arena: %s",
 	      strerror(errno));
+	uint32_t imm, v[3] = {(uint32_t)o->len, (uint32_t)w.seq, 0};
+	wimm_imm_pack(log_layout_in(), v, &imm);
 	memset(w.src, 0xee, sizeof(w.src));
-	const struct {
-		uint64_t addr;
-		size_t len;
-		int doorbell;
-	} bad[] = {
-	    {arena, 4096, 0},			      /* the honest writer's ring */
-	    {mine - 2048, 4096, 1},		      /* across its own ring's start */
-	    {mine + RING - 2048, 4096, 0},	      /* across its end */
-	    {mine + RING, 4096, 1},		      /* a ring no connection holds */
-	    {arena + (uint64_t)CONNS * RING, 512, 0}, /* past the arena */
-	    {arena - 4096, 512, 0},		      /* before it */
-	};
-	int refused = 0, landed = 0;
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		uint32_t imm, v[3] = {(uint32_t)bad[i].len, (uint32_t)w.seq, 0};
-		wimm_imm_pack(log_layout_in(), v, &imm);
-		int ret = raw_tcp_peer_write_wait(&w.p, bad[i].addr, bad[i].len, bad[i].doorbell,
-						  imm, scaled_ms(5000));
-		refused += ret != 0;
-		landed += ret == 0;
-	}
-	/* Whatever the server does about it, give it the time to. */
-	for (int64_t end = now_ms() + scaled_ms(1000); now_ms() < end;)
+	int ret = raw_tcp_peer_write_wait(&w.p, o->at(arena, mine), o->len, o->doorbell, imm,
+					  scaled_ms(5000));
+	/* The target's refusal ends the connection: wait for it. */
+	for (int64_t end = now_ms() + scaled_ms(5000); !w.p.shutdown && now_ms() < end;)
 		raw_tcp_peer_progress(&w.p);
 	CHECK(peek(srv->pid, arena, after, sizeof(after)) == 0, "read the arena again: %s",
 	      strerror(errno));
 	size_t changed = changed_outside(before, after, (size_t)(mine - arena));
-	printf("raw writer outside its ring (slot %llu of %u): 6 writes, %d refused at the "
-	       "provider, %d completed (%d failed later), connection %s; arena bytes changed "
-	       "outside its ring: %zu\n",
-	       (unsigned long long)((mine - arena) / RING), CONNS, refused, landed, w.p.failed,
+	printf("  %-34s (from slot %llu): write %s at our end, connection %s, %zu bytes of the "
+	       "arena outside its ring changed\n",
+	       o->what, (unsigned long long)((mine - arena) / RING), ret ? "failed" : "completed",
 	       w.p.shutdown ? "dropped" : "up", changed);
-	CHECK(changed == 0, "%zu bytes of the server's arena outside the raw writer's ring changed",
-	      changed);
-	CHECK(refused > 0 || w.p.shutdown, "no write outside the ring was refused");
 	raw_tcp_peer_close(&w.p);
+	CHECK(changed == 0, "%s: %zu bytes of the server's arena outside the writer's ring changed",
+	      o->what, changed);
+	CHECK(ret != 0 || w.p.shutdown, "%s: neither refused nor dropped", o->what);
+	return 0;
+}
+
+/* (a): a good entry in its own ring, then writes out of it; *kept gets
+ * the entries that count. */
+static int raw_outside(struct proc *srv, int port, uint64_t *kept)
+{
+	static struct raw_writer w;
+	static const struct outside cases[] = {
+	    {"into the honest writer's ring", at_honest, 4096, 0},
+	    {"across its own ring's start", at_own_start, 4096, 1},
+	    {"across its own ring's end", at_own_end, 4096, 0},
+	    {"into a ring of no connection", at_free, 4096, 1},
+	    {"past the arena's end", at_past, 512, 0},
+	    {"before the arena's start", at_before, 512, 0},
+	};
+	CHECK(raw_connect(&w, port, 2) == 0, "raw writer 2");
+	uint64_t arena = find_arena(srv->pid, w.p.srv.window_addr);
+	CHECK(arena,
+	      "the honest writer's ring is not below the raw writer's (process_vm_readv: %s)",
+	      strerror(errno));
+	/* The control: a good entry in its own ring is taken. */
+	CHECK(raw_entry(&w, 0, 0, 0, 0) == 0, "the raw writer's own entry failed");
+	CHECK(raw_expect_ack(&w) == 0, "own entry");
+	raw_tcp_peer_close(&w.p);
+	*kept = 1;
+	printf("raw writers outside their ring, each on a connection of its own:\n");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		CHECK(raw_outside_one(srv, port, 10 + i, arena, &cases[i]) == 0, "%s",
+		      cases[i].what);
 	return 0;
 }
 
