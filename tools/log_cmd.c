@@ -22,9 +22,10 @@ static void log_usage(FILE *f)
 	      "       wimm log append HOST[:PORT][,HOST...] [-f FABRIC] [--port P] [--id ID]\n"
 	      "                      [--first-seq N] [--gen N --size S|MIN-MAX] [--visible]\n"
 	      "                      [--reconnect] [--progress K] [--inband-hello]\n"
-	      "                      [--ack-quorum Q] [--recover]\n"
+	      "                      [--ack-quorum Q] [--recover] [--timeout MS]\n"
 	      "                      (stdin lines without --gen)\n"
 	      "       wimm log recover HOST,HOST... --id ID [--ack-quorum Q] [-f FABRIC]\n"
+	      "                      [--timeout MS]\n"
 	      "       wimm log tail HOST[:PORT] --from POS [--count N] [-f FABRIC] [--port P]\n"
 	      "       wimm log tail HOST,HOST... --ledger ID [--from SEQ] [--count N]\n"
 	      "       wimm log truncate HOST[:PORT] --before POS [-f FABRIC] [--port P]\n"
@@ -37,7 +38,9 @@ static void log_usage(FILE *f)
 	      "        random size in MIN-MAX); waits until every entry is durable (--visible:\n"
 	      "        visible); --reconnect resumes after a server restart; --progress K\n"
 	      "        prints 'durable SEQ' every K entries; --inband-hello says hello with\n"
-	      "        the first doorbell, as on verbs (no private data)\n"
+	      "        the first doorbell, as on verbs (no private data); --timeout MS: how\n"
+	      "        long to wait for the server (connect, ring space, acknowledgements)\n"
+	      "        before failing, default 15000 (the last wait at least 30000)\n"
 	      "        Several HOSTs (comma-separated or repeated): a replicated ledger, each\n"
 	      "        entry committed once --ack-quorum servers (default a majority) hold it\n"
 	      "        durable; --recover fences the ledger first (an older writer is refused)\n"
@@ -269,7 +272,7 @@ static int wait_all(struct wimm_log_writer *w, const struct append_opts *o, uint
 {
 	enum wimm_log_ack lvl = o->visible ? WIMM_LOG_VISIBLE : WIMM_LOG_DURABLE;
 	for (;;) {
-		int rc = wimm_log_wait(w, seq, lvl, 30000);
+		int rc = wimm_log_wait(w, seq, lvl, log_cmd_final_wait_ms(o));
 		if (rc == WIMM_E_DISCONNECTED && o->reconnect && wimm_log_writer_reconnect(w) == 0)
 			continue;
 		return rc;
@@ -289,7 +292,7 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 		o->id = log_gen_mix((uint64_t)getpid() << 32 ^ cli_now_ns()) | 1;
 	struct wimm_log_writer_attr a = {.id = o->id,
 					 .first_seq = o->first_seq,
-					 .timeout_ms = 15000,
+					 .timeout_ms = o->timeout_ms,
 					 .flags = o->inband ? WIMM_LOG_WRITER_INBAND_HELLO : 0,
 					 .log = log_cmd_say,
 					 .log_arg = "append"};
@@ -481,7 +484,8 @@ int log_main(int argc, char **argv)
 		O_RECOVER,
 		O_LEDGER,
 		O_BEFORE,
-		O_RETAIN
+		O_RETAIN,
+		O_TIMEOUT
 	};
 	static const struct option opts[] = {{"dir", 1, NULL, O_DIR},
 					     {"port", 1, NULL, O_PORT},
@@ -505,6 +509,7 @@ int log_main(int argc, char **argv)
 					     {"ledger", 1, NULL, O_LEDGER},
 					     {"before", 1, NULL, O_BEFORE},
 					     {"retain", 1, NULL, O_RETAIN},
+					     {"timeout", 1, NULL, O_TIMEOUT},
 					     {NULL, 0, NULL, 0}};
 	if (argc < 2) {
 		log_usage(stderr);
@@ -521,7 +526,7 @@ int log_main(int argc, char **argv)
 	const char *fabric = "auto", *host = NULL, *listen_host = "0.0.0.0";
 	int port = LOG_CMD_DEFAULT_PORT, have_from = 0;
 	struct wimm_log_server_attr sa = {0};
-	struct append_opts ao = {0};
+	struct append_opts ao = {.timeout_ms = LOG_CMD_DEFAULT_TIMEOUT_MS};
 	uint64_t from = 0, count = 0, ledger = 0, before = 0;
 	int c, have_before = 0;
 	optind = 2;
@@ -604,6 +609,13 @@ int log_main(int argc, char **argv)
 		case O_RETAIN:
 			sa.retain = parse_num(optarg, "--retain");
 			break;
+		case O_TIMEOUT: {
+			unsigned long long ms = parse_num(optarg, "--timeout");
+			if (ms < 1 || ms > 3600000)
+				log_bad("--timeout must be 1..3600000 ms%s", "");
+			ao.timeout_ms = (int)ms;
+			break;
+		}
 		case O_FROM:
 			from = parse_num(optarg, "--from");
 			have_from = 1;

@@ -7,6 +7,11 @@
 #include <stdint.h>
 
 #define LOG_CMD_DEFAULT_PORT 7480
+/* append's --timeout: how long the writer waits for the server (connect,
+ * ring space, an acknowledgement) before it gives up; the final wait for
+ * every acknowledgement gets at least LOG_CMD_FINAL_WAIT_MS. */
+#define LOG_CMD_DEFAULT_TIMEOUT_MS 15000
+#define LOG_CMD_FINAL_WAIT_MS 30000
 
 int log_main(int argc, char **argv);
 int log_bench_main(int argc, char **argv);
@@ -21,7 +26,14 @@ struct append_opts {
 	int visible, reconnect, inband, recover;
 	unsigned ack_quorum;
 	uint64_t progress;
+	int timeout_ms; /* --timeout */
 };
+/* The final wait for every acknowledgement: --timeout, but at least
+ * LOG_CMD_FINAL_WAIT_MS. */
+static inline int log_cmd_final_wait_ms(const struct append_opts *o)
+{
+	return o->timeout_ms > LOG_CMD_FINAL_WAIT_MS ? o->timeout_ms : LOG_CMD_FINAL_WAIT_MS;
+}
 
 /* The HOST arguments as "host:port" addresses. */
 struct log_hosts {

@@ -40,7 +40,7 @@ static struct wimm_log_ledger *ledger_open(const char *fabric, const struct log_
 		ctxs[i] = log_cmd_ctx(fabric);
 	struct wimm_log_ledger_attr a = {.id = o->id,
 					 .ack_quorum = o->ack_quorum,
-					 .timeout_ms = 15000,
+					 .timeout_ms = o->timeout_ms,
 					 .flags = flags,
 					 .log = log_cmd_say,
 					 .log_arg = (void *)cmd};
@@ -150,7 +150,7 @@ int log_cmd_ledger_append(const char *fabric, const struct log_hosts *h, struct 
 			ledger_idle(&idle);
 	}
 	if (!status && seq) {
-		int rc = wimm_log_ledger_wait(l, seq, 30000);
+		int rc = wimm_log_ledger_wait(l, seq, log_cmd_final_wait_ms(o));
 		if (rc)
 			status = append_failed(l, o->id, n, 0, rc);
 	}
@@ -182,7 +182,7 @@ int log_cmd_recover(const char *fabric, const struct log_hosts *h, const struct 
 	if (!l)
 		return status;
 	say_recovered(l, o->id, "recover");
-	int rc = wimm_log_ledger_close(&l, 30000);
+	int rc = wimm_log_ledger_close(&l, log_cmd_final_wait_ms(o));
 	close_ctxs(ctxs, h->n);
 	if (rc) {
 		fprintf(stderr, "wimm: log recover: closing the ledger: %s\n", wimm_strerror(rc));

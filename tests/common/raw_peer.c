@@ -153,6 +153,9 @@ static int ofi_open(struct raw_peer *r, const struct raw_peer_attr *a)
 	if (!ret && r->rx_slots)
 		ret = fi_mr_reg(r->domain, r->rx, sizeof(r->rx), FI_RECV, 0, key + 3, 0, &r->rx_mr,
 				NULL);
+	if (!ret && r->kind == RAW_PEER_OFI_MSG)
+		ret = fi_mr_reg(r->domain, &r->null_word, sizeof(r->null_word), FI_REMOTE_WRITE,
+				(uint64_t)(uintptr_t)&r->null_word, 0, 0, &r->null_mr, NULL);
 	if (ret)
 		return ofi_fail(r, "domain set-up", ret);
 	return ofi_open_ep(r);
@@ -163,8 +166,8 @@ static void ofi_close(struct raw_peer *r)
 	ofi_close_ep(r);
 	struct fid *f[] = {r->av ? &r->av->fid : NULL,	       r->rx_mr ? &r->rx_mr->fid : NULL,
 			   r->ctl_mr ? &r->ctl_mr->fid : NULL, r->src_mr ? &r->src_mr->fid : NULL,
-			   r->win_mr ? &r->win_mr->fid : NULL, r->domain ? &r->domain->fid : NULL,
-			   r->fabric ? &r->fabric->fid : NULL};
+			   r->win_mr ? &r->win_mr->fid : NULL, r->null_mr ? &r->null_mr->fid : NULL,
+			   r->domain ? &r->domain->fid : NULL, r->fabric ? &r->fabric->fid : NULL};
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		if (f[i])
 			fi_close(f[i]);
@@ -229,6 +232,7 @@ static enum raw_outcome ofi_connect_bytes(struct raw_peer *r, const char *host, 
 		r->reply_len = (size_t)rd > sizeof(u.e) ? (size_t)rd - sizeof(u.e) : 0;
 		memcpy(r->reply, u.e.data, r->reply_len);
 		snprintf(r->text, sizeof(r->text), "FI_CONNECTED");
+		r->shutdown = 0;
 		return RAW_CONNECTED;
 	}
 	snprintf(r->text, sizeof(r->text), "no FI_CONNECTED in time");
@@ -346,11 +350,27 @@ static void ofi_progress(struct raw_peer *r)
 		} else if (!(d[i].flags & FI_REMOTE_CQ_DATA)) {
 			r->done++;
 		}
+		if (d[i].flags & FI_REMOTE_CQ_DATA)
+			r->imm[r->doorbells++ % RAW_IMM_KEPT] = (uint32_t)d[i].data;
 	}
 	if (k == -FI_EAVAIL) {
 		struct fi_cq_err_entry e = {0};
 		fi_cq_readerr(r->cq, &e, 0);
 		r->failed++;
+		r->last_error = e.err;
+	}
+	if (r->kind != RAW_PEER_OFI_MSG || !r->eq)
+		return;
+	/* After the connection is up the EQ says only that it went. */
+	struct fi_eq_cm_entry cm;
+	uint32_t event;
+	ssize_t rd = fi_eq_read(r->eq, &event, &cm, sizeof(cm), 0);
+	if (rd == -FI_EAVAIL) {
+		struct fi_eq_err_entry e = {0};
+		fi_eq_readerr(r->eq, &e, 0);
+		r->shutdown = 1;
+	} else if (rd >= 0 && event == FI_SHUTDOWN) {
+		r->shutdown = 1;
 	}
 }
 #endif /* RAW_PEER_HAVE_OFI */

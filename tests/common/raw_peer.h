@@ -44,6 +44,8 @@ enum raw_peer_kind {
  * them, at most RAW_RX_SLOTS), posted at open and again as they are read. */
 #define RAW_RX_SLOTS 16
 #define RAW_RX_SIZE 512
+/* The doorbells the server rang on us that a peer keeps (the last ones). */
+#define RAW_IMM_KEPT 16
 /* The most CM data (or private data) a raw peer sends or keeps of a reply. */
 #define RAW_CM_MAX 1024
 
@@ -77,8 +79,14 @@ struct raw_peer {
 	struct wimm_handshake srv; /* the server's handshake */
 	int posted, done, failed;  /* our writes */
 	int received;		   /* the server's sends */
-	char text[200];		   /* what went wrong, for failure messages */
-	uint64_t ctl[16];	   /* credits and heartbeats come here (the credit word) */
+	int last_error;		   /* ofi: the provider's error of the last failed completion */
+	/* ofi: the doorbells the server rang on us (the low 32 bits of their
+	 * remote CQ data), the last RAW_IMM_KEPT of them by count. */
+	uint32_t imm[RAW_IMM_KEPT];
+	int doorbells, imm_next; /* rung so far; the next one to look at */
+	int shutdown;		 /* MSG: the server closed the connection (FI_SHUTDOWN) */
+	char text[200];		 /* what went wrong, for failure messages */
+	uint64_t ctl[16];	 /* credits and heartbeats come here (the credit word) */
 	uint8_t rx[RAW_RX_SLOTS][RAW_RX_SIZE];
 	unsigned rx_slots;
 	void *src, *win; /* what we write; our window (NULL: none) */
@@ -94,6 +102,11 @@ struct raw_peer {
 	struct fid_cq *cq;
 	struct fid_ep *ep;
 	struct fid_mr *ctl_mr, *src_mr, *win_mr, *rx_mr;
+	/* MSG: key 0, as every wimm ofi context has: a wimm peer aims its pure
+	 * doorbells (no data) there, and tcp drops a connection whose write
+	 * names a key it does not know. */
+	struct fid_mr *null_mr;
+	uint64_t null_word;
 	fi_addr_t srv_addr; /* RDM */
 #endif
 	int sock; /* RDM: the side channel (0: none) */
@@ -131,8 +144,10 @@ size_t raw_peer_cm_max(struct raw_peer *r);
  * errno (-EINVAL: len is more than src). */
 int raw_peer_write(struct raw_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
 		   uint32_t imm);
-/* Read our completions: done and failed count our writes, received the
- * server's sends (each slot posted again). */
+/* Read our completions: done and failed count our writes (last_error the
+ * provider's error of a failure), received the server's sends (each slot
+ * posted again), doorbells and imm the server's doorbells; MSG: shutdown
+ * once the server closed. */
 void raw_peer_progress(struct raw_peer *r);
 /* End the connection (the server sees it go); raw_peer_connect* may be
  * called again (the memory stays registered where the provider allows). */

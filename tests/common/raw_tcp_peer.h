@@ -28,8 +28,20 @@ int raw_tcp_peer_connect(struct raw_tcp_peer *r, const char *host, int port, con
 int raw_tcp_peer_write(struct raw_tcp_peer *r, uint64_t addr, size_t len, int doorbell,
 		       uint32_t imm);
 /* Read our completions: done and failed count them (writes), received
- * counts the server's sends (each slot posted again). */
+ * counts the server's sends (each slot posted again), doorbells and imm
+ * its doorbells; and the CM: shutdown once the server closed. */
 void raw_tcp_peer_progress(struct raw_tcp_peer *r);
+/* Progress until the server rang a doorbell for which match(imm, arg) is
+ * true (its imm), or until timeout_ms: -FI_ETIMEDOUT, or -FI_ECONNRESET
+ * once the server closed without one. Doorbells are looked at in the
+ * order they came, each once (those rung before the call too). */
+long raw_tcp_peer_await(struct raw_tcp_peer *r, int (*match)(uint32_t imm, void *arg), void *arg,
+			int timeout_ms);
+/* Post one write like raw_tcp_peer_write and progress until it completes
+ * (0), fails at the provider (its negative error) or timeout_ms passes
+ * (-FI_ETIMEDOUT): src may be refilled afterwards. */
+int raw_tcp_peer_write_wait(struct raw_tcp_peer *r, uint64_t addr, size_t len, int doorbell,
+			    uint32_t imm, int timeout_ms);
 void raw_tcp_peer_close(struct raw_tcp_peer *r);
 
 #endif

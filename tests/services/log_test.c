@@ -3,14 +3,20 @@
  * libwimm_log's reader and checked (per-writer order, CRC32C, contents,
  * nothing lost or duplicated).
  *
- *   log_test WIMM FABRIC concurrent | crash | writer_kill | bad_input |
- *                        replication | truncate | hostile
+ *   log_test WIMM FABRIC concurrent | concurrent_wide | crash | writer_kill |
+ *                        bad_input | replication | truncate | hostile | raw_peer
  *
- * (replication, truncate and hostile are in log_test_repl.c.)
+ * (replication, truncate and hostile are in log_test_repl.c, raw_peer in
+ * log_test_raw.c.)
  *
- * WIMM_LOG_TEST_LONG=1 runs the issue's long variant of concurrent: 64
- * writers x 100k entries (about 52 GB of segments in TMPDIR);
- * WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose another shape. */
+ * concurrent is 16 writers x 2000 entries; concurrent_wide the issue's 64
+ * writers, 100 entries each. WIMM_LOG_TEST_LONG=1 runs the issue's long
+ * variant of concurrent: 64 writers x 100k entries (about 52 GB of
+ * segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
+ * another shape (ENTRIES also for concurrent_wide).
+ * WIMM_LOG_TEST_WORKLOAD=P runs concurrent, concurrent_wide, crash and
+ * writer_kill with P percent of their entries (1..100, default 100): the
+ * Soft-RoCE guest's smaller workload, the same checks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,16 +38,10 @@
 
 /* ------------------------------------------------------------------ tests */
 
-int test_concurrent(void)
+/* nw writers (separate processes) x per entries of 1..16384 bytes at
+ * once, every entry read back and checked. */
+static int concurrent_run(const char *name, unsigned nw, unsigned per, int wait_ms)
 {
-	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
-	unsigned nw = long_run ? 64 : 16, per = long_run ? 100000 : 2000;
-	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
-	const char *ew = getenv("WIMM_LOG_TEST_WRITERS"), *ee = getenv("WIMM_LOG_TEST_ENTRIES");
-	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
-		nw = (unsigned)atoi(ew);
-	if (ee && atoi(ee) > 0)
-		per = (unsigned)atoi(ee);
 	struct proc srv, w[MAX_PROCS];
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
@@ -50,7 +50,7 @@ int test_concurrent(void)
 		CHECK(writer_start(&w[i], port, i + 1, per, "1-16384", "--visible") == 0, "spawn");
 	int bad = 0;
 	for (unsigned i = 0; i < nw; i++) {
-		int st = proc_wait(&w[i], long_run ? 3600000 : 120000);
+		int st = proc_wait(&w[i], wait_ms);
 		if (st != 0) {
 			fprintf(stderr, "writer %u: status %d, %llu acknowledged: %s\n", i + 1, st,
 				(unsigned long long)w[i].durable, w[i].errtext);
@@ -70,31 +70,58 @@ int test_concurrent(void)
 	int rc = verify_log(port, v);
 	if (!rc)
 		rc = check_counts(v, nw, per);
-	printf("concurrent: %u writers x %u entries (1..16384 B), %llu entries read back and "
+	printf("%s: %u writers x %u entries (1..16384 B), %llu entries read back and "
 	       "checked in %.1f s\n",
-	       nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
+	       name, nw, per, (unsigned long long)v->total, (now_ms() - t0) / 1000.0);
 	free(v);
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit on SIGTERM: %s", srv.errtext);
 	return rc;
 }
 
+/* The entries per writer: WIMM_LOG_TEST_ENTRIES, else dflt (as
+ * WIMM_LOG_TEST_WORKLOAD scales it). */
+static unsigned entries_per_writer(unsigned dflt)
+{
+	const char *e = getenv("WIMM_LOG_TEST_ENTRIES");
+	return e && atoi(e) > 0 ? (unsigned)atoi(e) : workload(dflt);
+}
+
+int test_concurrent(void)
+{
+	int long_run = getenv("WIMM_LOG_TEST_LONG") != NULL;
+	unsigned nw = long_run ? 64 : 16, per = entries_per_writer(long_run ? 100000 : 2000);
+	/* Or any shape: WIMM_LOG_TEST_WRITERS (1..64) x WIMM_LOG_TEST_ENTRIES. */
+	const char *ew = getenv("WIMM_LOG_TEST_WRITERS");
+	if (ew && atoi(ew) > 0 && atoi(ew) <= 64)
+		nw = (unsigned)atoi(ew);
+	return concurrent_run("concurrent", nw, per, long_run ? 3600000 : 120000);
+}
+
+/* The issue's width: 64 writers connecting and appending at once (fewer
+ * entries each than concurrent's, which goes deep). */
+int test_concurrent_wide(void)
+{
+	return concurrent_run("concurrent_wide", 64, entries_per_writer(100), 300000);
+}
+
 int test_crash(void)
 {
-	enum { NW = 4, PER = 3000 };
+	enum { NW = 4 };
+	const unsigned per = workload(3000), mid = per / 10;
 	struct proc srv, w[NW];
 	int port = server_start(&srv, 0, NULL, NULL);
 	CHECK(port > 0, "server");
 	for (int i = 0; i < NW; i++)
-		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, PER, "1-16384", NULL) == 0,
+		CHECK(writer_start(&w[i], port, (uint64_t)i + 1, per, "1-16384", NULL) == 0,
 		      "spawn");
 	/* Mid-stream: every writer has something durable. */
 	int64_t end = now_ms() + scaled_ms(30000);
 	for (int i = 0; i < NW; i++)
-		while (w[i].durable < 300 && now_ms() < end)
+		while (w[i].durable < mid && now_ms() < end)
 			proc_line(&w[i], 50);
 	for (int i = 0; i < NW; i++)
-		CHECK(w[i].durable >= 300, "writer %d reported no progress", i + 1);
+		CHECK(w[i].durable >= mid, "writer %d reported no progress", i + 1);
 	kill(srv.pid, kill_sig);
 	proc_wait(&srv, 5000);
 	CHECK(WIFSIGNALED(srv.status) && WTERMSIG(srv.status) == SIGKILL,
@@ -125,7 +152,7 @@ int test_crash(void)
 	v->max = 16384;
 	int rc = verify_log(port, v);
 	if (!rc)
-		rc = check_counts(v, NW, PER);
+		rc = check_counts(v, NW, per);
 	printf("crash: server SIGKILLed with %llu entries acknowledged durable, restarted: "
 	       "%llu recovered, writers resumed resending %llu; %llu entries, every writer "
 	       "complete, none lost or duplicated\n",
@@ -143,17 +170,18 @@ int test_writer_kill(void)
 	/* Three connections: the killed writer's slot must come back for c2. */
 	int port = server_start(&srv, 0, "--max-conns", "3");
 	CHECK(port > 0, "server");
-	CHECK(writer_start(&a, port, 1, 4000, "1-16384", NULL) == 0, "spawn");
-	CHECK(writer_start(&b, port, 2, 4000, "1-16384", NULL) == 0, "spawn");
+	const unsigned per = workload(4000), mid = workload(200), after = workload(500);
+	CHECK(writer_start(&a, port, 1, per, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&b, port, 2, per, "1-16384", NULL) == 0, "spawn");
 	CHECK(writer_start(&c, port, 3, 100000, "1-16384", NULL) == 0, "spawn");
 	int64_t end = now_ms() + scaled_ms(30000);
-	while (c.durable < 200 && now_ms() < end)
+	while (c.durable < mid && now_ms() < end)
 		proc_line(&c, 50);
-	CHECK(c.durable >= 200, "writer 3 made no progress");
+	CHECK(c.durable >= mid, "writer 3 made no progress");
 	kill(c.pid, kill_sig);
 	proc_wait(&c, 5000);
 	CHECK(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL, "writer 3 was not killed");
-	CHECK(writer_start(&c2, port, 3, 500, "1-16384", NULL) == 0, "spawn");
+	CHECK(writer_start(&c2, port, 3, after, "1-16384", NULL) == 0, "spawn");
 	int sa = proc_wait(&a, 120000), sb = proc_wait(&b, 120000), sc = proc_wait(&c2, 120000);
 	CHECK(sa == 0 && sb == 0, "the other writers: %d %d: %s %s", sa, sb, a.errtext, b.errtext);
 	CHECK(sc == 0, "the writer's successor (its slot reclaimed?): %d: %s", sc, c2.errtext);
@@ -161,8 +189,8 @@ int test_writer_kill(void)
 	v->min = 1;
 	v->max = 16384;
 	int rc = verify_log(port, v);
-	if (!rc && (v->next_seq[1] != 4000 || v->next_seq[2] != 4000 ||
-		    v->next_seq[3] < c.durable + 500)) {
+	if (!rc && (v->next_seq[1] != per || v->next_seq[2] != per ||
+		    v->next_seq[3] < c.durable + after)) {
 		fprintf(stderr, "FAIL: writers hold %llu %llu %llu entries\n",
 			(unsigned long long)v->next_seq[1], (unsigned long long)v->next_seq[2],
 			(unsigned long long)v->next_seq[3]);
@@ -233,6 +261,24 @@ int test_bad_input(void)
 		       "--gen",		 "1",	 "--size", "100",	  NULL};
 	st = run(&p, gap);
 	CHECK(st == 2 && strstr(p.errtext, "sequence gap"), "gap: %d: %s", st, p.errtext);
+	/* --timeout: out of range refused; a server that does not answer
+	 * (stopped) fails the writer after its timeout, not the default. */
+	char *bad_to[] = {(char *)wimm_bin, "log",	 "append", addr, "-f",
+			  (char *)fabric,   "--timeout", "0",	   NULL};
+	st = run(&p, bad_to);
+	CHECK(st == 2 && strstr(p.errtext, "--timeout must be"), "--timeout 0: %d: %s", st,
+	      p.errtext);
+	char *short_to[] = {(char *)wimm_bin, "log",  "append",	   addr,    "-f",
+			    (char *)fabric,   "--id", "8",	   "--gen", "1",
+			    "--size",	      "100",  "--timeout", "1000",  NULL};
+	kill(srv.pid, SIGSTOP);
+	int64_t t_stop = now_ms();
+	st = run(&p, short_to);
+	int64_t waited = now_ms() - t_stop;
+	kill(srv.pid, SIGCONT);
+	CHECK(st == 1 && waited < scaled_ms(12000),
+	      "append --timeout 1000 to a stopped server: status %d after %lld ms: %s", st,
+	      (long long)waited, p.errtext);
 	/* Nothing lost: writer 5 still holds 1..3, and goes on at 4. */
 	char *more[] = {(char *)wimm_bin, "log", "append", addr,  "-f", (char *)fabric, "--id", "5",
 			"--gen",	  "2",	 "--size", "100", NULL};
@@ -279,7 +325,9 @@ int test_bad_input(void)
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
 	printf("bad_input: uncreatable, non-directory, foreign and truncated directories refused "
-	       "unchanged; too big an entry and a sequence gap refused, nothing lost\n");
+	       "unchanged; too big an entry, a sequence gap and a bad --timeout refused, a stopped "
+	       "server given up after --timeout (%lld ms), nothing lost\n",
+	       (long long)waited);
 	return rc;
 }
 
@@ -287,8 +335,8 @@ int main(int argc, char **argv)
 {
 	if (argc != 4) {
 		fprintf(stderr,
-			"usage: %s WIMM FABRIC concurrent|crash|writer_kill|bad_input|"
-			"replication|truncate|hostile\n",
+			"usage: %s WIMM FABRIC concurrent|concurrent_wide|crash|writer_kill|"
+			"bad_input|replication|truncate|hostile|raw_peer\n",
 			argv[0]);
 		return 2;
 	}
@@ -317,10 +365,15 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*fn)(void);
-	} tests[] = {{"concurrent", test_concurrent},	{"crash", test_crash},
-		     {"writer_kill", test_writer_kill}, {"bad_input", test_bad_input},
-		     {"replication", test_replication}, {"truncate", test_truncate},
-		     {"hostile", test_hostile}};
+	} tests[] = {{"concurrent", test_concurrent},
+		     {"crash", test_crash},
+		     {"writer_kill", test_writer_kill},
+		     {"bad_input", test_bad_input},
+		     {"replication", test_replication},
+		     {"truncate", test_truncate},
+		     {"hostile", test_hostile},
+		     {"raw_peer", test_raw_peer},
+		     {"concurrent_wide", test_concurrent_wide}};
 	int rc = -2;
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
 		if (!strcmp(argv[3], tests[i].name))

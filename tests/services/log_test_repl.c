@@ -226,22 +226,6 @@ static int count_segments(const char *d)
 	return n;
 }
 
-static int stat_of(int port, struct wimm_log_stat *st)
-{
-	struct wimm_ctx *ctx;
-	struct wimm_log_reader *r = NULL;
-	char addr[64];
-	test_addr(addr, sizeof(addr), port);
-	int rc = wimm_ctx_open(fabric, NULL, &ctx);
-	if (!rc)
-		rc = wimm_log_reader_open(ctx, addr, 0, scaled_ms(10000), &r);
-	if (!rc)
-		rc = wimm_log_reader_stat(r, st, scaled_ms(10000));
-	wimm_log_reader_close(&r);
-	wimm_ctx_close(&ctx);
-	return rc;
-}
-
 int test_truncate(void)
 {
 	struct proc srv, p, w;

@@ -48,6 +48,16 @@ int scaled_ms(int ms)
 	return ms * (v > 0 ? v : 1);
 }
 
+unsigned workload(unsigned n)
+{
+	const char *e = getenv("WIMM_LOG_TEST_WORKLOAD");
+	int pct = e ? atoi(e) : 100;
+	if (pct < 1 || pct > 100)
+		pct = 100;
+	unsigned v = (unsigned)((uint64_t)n * (unsigned)pct / 100);
+	return v ? v : 1;
+}
+
 /* ------------------------------------------------------------ processes */
 
 static int spawn_with(struct proc *p, char *const argv[], int with_stdin)
@@ -210,14 +220,16 @@ int server_start_opts(struct proc *p, const char *d, int port, const char *const
 int writer_start(struct proc *p, int port, uint64_t id, uint64_t n, const char *size,
 		 const char *extra)
 {
-	char addr[64], idb[32], nb[32];
+	char addr[64], idb[32], nb[32], tb[32];
 	test_addr(addr, sizeof(addr), port);
 	snprintf(idb, sizeof(idb), "%llu", (unsigned long long)id);
 	snprintf(nb, sizeof(nb), "%llu", (unsigned long long)n);
+	/* The writer's patience scales with the fabric's slowness as ours. */
+	snprintf(tb, sizeof(tb), "%d", scaled_ms(15000));
 	char *argv[] = {(char *)wimm_bin, "log",	"append",      addr,	     "-f",
 			(char *)fabric,	  "--id",	idb,	       "--gen",	     nb,
 			"--size",	  (char *)size, "--reconnect", "--progress", "50",
-			(char *)extra,	  NULL};
+			"--timeout",	  tb,		(char *)extra, NULL};
 	return spawn(p, argv);
 }
 
@@ -285,6 +297,23 @@ int verify_log(int port, struct verify *v)
 	CHECK(v->next_pos == st.entries, "read %llu of %llu entries",
 	      (unsigned long long)v->next_pos, (unsigned long long)st.entries);
 	return 0;
+}
+
+/* The server's statistics through a reader. */
+int stat_of(int port, struct wimm_log_stat *st)
+{
+	struct wimm_ctx *ctx;
+	struct wimm_log_reader *r = NULL;
+	char addr[64];
+	test_addr(addr, sizeof(addr), port);
+	int rc = wimm_ctx_open(fabric, NULL, &ctx);
+	if (!rc)
+		rc = wimm_log_reader_open(ctx, addr, 0, scaled_ms(10000), &r);
+	if (!rc)
+		rc = wimm_log_reader_stat(r, st, scaled_ms(10000));
+	wimm_log_reader_close(&r);
+	wimm_ctx_close(&ctx);
+	return rc;
 }
 
 /* Writers 1..n each hold exactly per entries. */

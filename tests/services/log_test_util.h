@@ -44,6 +44,10 @@ char *test_addr(char *buf, size_t len, int port);
  * Soft-RoCE in the TCG guest. proc_line and proc_wait scale their own. */
 int scaled_ms(int ms);
 
+/* n entries at WIMM_LOG_TEST_WORKLOAD percent (1..100, default 100; at
+ * least 1): the Soft-RoCE guest's smaller workloads. */
+unsigned workload(unsigned n);
+
 struct proc {
 	pid_t pid;
 	int in;	      /* a pipe to its stdin (spawn_stdin), else -1 */
@@ -95,15 +99,19 @@ struct verify {
 int check_entry(void *arg, const struct wimm_log_entry *e);
 /* Read the whole log at port and check every entry. */
 int verify_log(int port, struct verify *v);
+/* The statistics of the server at port (a reader's stat): 0 or an error. */
+int stat_of(int port, struct wimm_log_stat *st);
 /* Writers 1..n each hold exactly per entries. */
 int check_counts(const struct verify *v, unsigned n, uint64_t per);
 
 int test_concurrent(void);
+int test_concurrent_wide(void);
 int test_crash(void);
 int test_writer_kill(void);
 int test_bad_input(void);
 int test_replication(void);
 int test_truncate(void);
 int test_hostile(void);
+int test_raw_peer(void);
 
 #endif
