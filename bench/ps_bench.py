@@ -228,14 +228,12 @@ def main():
 
 
 def machine():
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    """The harness's description of this machine (bench/harness.py), in one line."""
+    sys.path.insert(0, HERE)
+    from harness import machine as describe
+
+    m = describe("")
+    return f"{m['cpu']}, {m['cores']} cores"
 
 
 def loadavg():
