@@ -9,10 +9,10 @@
  * (replication, truncate and hostile are in log_test_repl.c, raw_peer in
  * log_test_raw.c.)
  *
- * concurrent is 16 writers x 2000 entries; concurrent_wide the issue's 64
- * writers, 100 entries each. WIMM_LOG_TEST_LONG=1 runs the issue's long
- * variant of concurrent: 64 writers x 100k entries (about 52 GB of
- * segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
+ * concurrent is 16 writers x 2000 entries; concurrent_wide 64 writers at
+ * once, 1563 entries each: 100,032 entries of 1 B..16 KiB (about 800 MB of
+ * segments). WIMM_LOG_TEST_LONG=1 runs a far longer variant of concurrent:
+ * 64 writers x 100k entries each (about 52 GB of segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
  * another shape (ENTRIES also for concurrent_wide).
  * WIMM_LOG_TEST_WORKLOAD=P runs concurrent, concurrent_wide, crash and
  * writer_kill with P percent of their entries (1..100, default 100): the
@@ -98,11 +98,10 @@ int test_concurrent(void)
 	return concurrent_run("concurrent", nw, per, long_run ? 3600000 : 120000);
 }
 
-/* The issue's width: 64 writers connecting and appending at once (fewer
- * entries each than concurrent's, which goes deep). */
+/* 64 writers connecting and appending at once, 100k entries in all. */
 int test_concurrent_wide(void)
 {
-	return concurrent_run("concurrent_wide", 64, entries_per_writer(100), 300000);
+	return concurrent_run("concurrent_wide", 64, entries_per_writer(1563), 300000);
 }
 
 int test_crash(void)

@@ -40,7 +40,8 @@ struct sconn {
 	uint64_t expect_seq;
 	size_t tail;
 	uint64_t sent_visible, sent_durable;
-	int drop; /* close at the end of the turn */
+	int drop;	   /* close at the end of the turn */
+	uint64_t accepted; /* the server's count of accepts when this one was made */
 	/* reader */
 	unsigned char *stage;
 	struct wimm_mr *stage_mr;
@@ -56,6 +57,7 @@ struct wimm_log_server {
 	unsigned char *arena, *ctl;
 	struct wimm_mr *arena_mr, *ctl_mr;
 	uint32_t ring_size, max_conns;
+	uint64_t accepts;     /* connections accepted so far: which of two is newer */
 	struct sconn **conns; /* by slot */
 	struct log_store *st;
 	wimm_log_fn log;
@@ -185,12 +187,20 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 		return;
 	}
 	if (w->live >= 0 && s->conns[w->live]) {
-		/* The newer connection wins: the old one is a zombie. */
+		/* The newer connection wins: the old one is a zombie. Newer by
+		 * accept, not by when its hello is read: a writer that gave up a
+		 * connection before its answer came has already resumed on its
+		 * next one when the first one's hello is read late (events of two
+		 * connections have no order). */
 		struct sconn *old = s->conns[w->live];
-		if (old->epoch < h->epoch)
+		if (old->epoch < h->epoch) {
 			refuse(old, LOG_ERR_FENCED, h->epoch, old->epoch);
-		else
+		} else if (old->accepted > k->accepted) {
+			refuse(k, LOG_ERR_TAKEN, h->id, 0);
+			return;
+		} else {
 			refuse(old, LOG_ERR_TAKEN, h->id, 0);
+		}
 	}
 	if (h->first_seq > w->last_seq + 1) {
 		refuse(k, LOG_ERR_GAP, w->last_seq, h->first_seq);
@@ -396,7 +406,12 @@ static void take_requests(struct wimm_log_server *s)
 			wimm_request_reject(&r, WIMM_E_AGAIN);
 			continue;
 		}
-		*k = (struct sconn){.s = s, .slot = slot, .wi = -1, .have_hello = have, .hello = h};
+		*k = (struct sconn){.s = s,
+				    .slot = slot,
+				    .wi = -1,
+				    .have_hello = have,
+				    .hello = h,
+				    .accepted = ++s->accepts};
 		struct wimm_conn_attr a = {.window = s->arena_mr,
 					   .window_off = (size_t)slot * s->ring_size,
 					   .window_len = s->ring_size,
