@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """The like-for-like benchmark: wimm against every peer available here.
 
-  harness.py [--build DIR] [--name NAME] [--out DIR] [--guest] [--note TEXT]
+  harness.py [--build DIR] [--name NAME] [--out DIR] [--guest] [--note TEXT] [--only REGEX]
 
-Runs every group of plan.py once per round (wimm's cases and the peers' in
-turn, their order reversed every other round so drift hits both alike),
-keeps every run in bench/results/<name>-<date>.json, then writes the report
-(report.py): the markdown tables with the verdicts and the PNG plots.
+Sizes every rate and bandwidth case by one calibration run (its count then
+lasts about rate_seconds), runs every group of plan.py once per round
+(wimm's cases and the peers' in turn, their order reversed every other round
+so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
+(-run2, -run3.. when that exists: no results file is overwritten), then
+writes the report (report.py): the markdown tables with the verdicts and
+the PNG plots. --only REGEX: only the cases whose key matches.
 BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5).
 Progress goes to stderr. Exits 1 when a tool ran another transport than the
 one claimed (its figures would be mislabelled), 2 on bad usage.
@@ -16,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import sys
@@ -99,10 +103,54 @@ def probe_fabrics(runner, fabrics):
     return usable, unusable
 
 
-def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None):
+def attempt(runner, case, device, failed):
+    """One run of CASE as a record; a timeout puts its key in FAILED."""
+    record = {k: v for k, v in case.items() if k != "args"}
+    record["time"] = round(time.time(), 3)
+    try:
+        record.update(runner.execute(case, device), ok=True)
+    except runners.RunError as e:
+        if e.costly:
+            failed[case["key"]] = str(e)
+        record.update(ok=False, error=str(e)[-600:])
+        say(f"run failed: {str(e)[-300:]}")
+    return record
+
+
+def calibrate(runner, groups, seconds, device, failed, records, checkpoint=lambda: None):
+    """GROUPS with every rate and bandwidth case sized by time: one run of
+    its planned count measures its rate, plan.count_for_seconds turns that
+    into the count of every round. Each calibration run goes to RECORDS
+    (kept in the JSON, in no median)."""
+    sized = []
+    for group in groups:
+        out = []
+        for case in group:
+            if not plan.timed(case):
+                out.append(case)
+                continue
+            say(f"calibration {case['key']}: {case['iters']} messages")
+            record = attempt(runner, case, device, failed)
+            rate = record.get("msg_rate") if record["ok"] else None
+            iters = plan.count_for_seconds(rate, case["iters"], seconds, case["size"])
+            if rate:
+                say(f"calibration {case['key']}: {rate:.0f} msg/s -> {iters} messages "
+                    f"(about {iters / rate:.2f} s)")
+            else:
+                say(f"calibration {case['key']}: no rate, keeping the planned {iters} messages")
+            record.update(calibration=True, chosen_iters=iters)
+            records.append(record)
+            out.append(plan.with_count(case, iters))
+        sized.append(out)
+        checkpoint()
+    return sized
+
+
+def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=None):
     total = rounds * sum(len(g) for g in groups)
     done, start = 0, time.monotonic()
-    failed = {}  # key -> error: a case that timed out once is not retried
+    # key -> error: a case that timed out once (calibration included) is not retried
+    failed = {} if failed is None else failed
     for rnd in range(1, rounds + 1):
         for group in groups:
             order = group if rnd % 2 else list(reversed(group))
@@ -112,18 +160,12 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None):
                 left = elapsed / (done - 1) * (total - done + 1) if done > 1 else 0
                 say(f"round {rnd}/{rounds} [{done}/{total}, {elapsed / 60:.1f} min, "
                     f"~{left / 60:.1f} min left] {case['key']}")
-                record = {k: v for k, v in case.items() if k != "args"}
-                record.update(round=rnd, time=round(time.time(), 3))
                 if case["key"] in failed:
-                    record.update(ok=False, error="skipped: timed out in an earlier round")
+                    record = {k: v for k, v in case.items() if k != "args"}
+                    record.update(ok=False, error="skipped: timed out in an earlier run")
                 else:
-                    try:
-                        record.update(runner.execute(case, device), ok=True)
-                    except runners.RunError as e:
-                        if e.costly:
-                            failed[case["key"]] = str(e)
-                        record.update(ok=False, error=str(e)[-600:])
-                        say(f"run failed: {str(e)[-300:]}")
+                    record = attempt(runner, case, device, failed)
+                record["round"] = rnd
                 runner.records.append(record)
             # A run killed from outside (the guest's time limit) leaves
             # every group finished so far on disk.
@@ -159,6 +201,33 @@ def tool_versions(wimm):
     return versions
 
 
+def results_stem(out, base):
+    """OUT/BASE, or OUT/BASE-run2, -run3.. : the first of which no file
+    (.json, .md, the checkpoint, the plots BASE-*.png) exists yet; its .json
+    is created (empty) to reserve it."""
+    names = set(os.listdir(out)) if os.path.isdir(out) else set()
+    for n in range(1, 10000):
+        stem = base if n == 1 else f"{base}-run{n}"
+        taken = re.compile(re.escape(stem) + r"(\.|-(?!run\d+[.-])[^.]*\.png$)")
+        if any(taken.match(name) for name in names):
+            continue
+        try:
+            # Created here, exclusively: a run started meanwhile takes the next name.
+            with open(os.path.join(out, stem + ".json"), "x"):
+                return os.path.join(out, stem)
+        except FileExistsError:
+            continue
+    raise SystemExit(f"bench: {out}: no free name for {base}")
+
+
+def only_filter(pattern):
+    """The --only argument as a compiled regular expression."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {pattern!r}: {e}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,6 +240,8 @@ def main():
     parser.add_argument("--device", default=os.environ.get("DEVICE", "rxe0"))
     parser.add_argument("--host", default=None, help="address the clients connect to")
     parser.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""))
+    parser.add_argument("--only", type=only_filter, default=None, metavar="REGEX",
+                        help="only the cases whose key (e.g. rate|ipc|write_imm|8) matches")
     args = parser.parse_args()
     full = os.environ.get("BENCH_FULL", "") not in ("", "0")
     rounds_text = os.environ.get("BENCH_ROUNDS", "5")
@@ -208,20 +279,32 @@ def main():
         usable, unusable = probe_fabrics(runner, fabrics)
         meta.update(fabrics=usable, unusable=unusable)
         groups = plan.build(settings, usable, available)
+        if args.only:
+            meta["only"] = args.only.pattern
+            groups = [g for g in ([c for c in g if args.only.search(c["key"])] for g in groups)
+                      if g]
+            if not groups:
+                raise SystemExit(f"bench: --only {args.only.pattern!r}: no case matches")
         started = time.monotonic()
         os.makedirs(args.out, exist_ok=True)
-        stem = os.path.join(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")
+        stem = results_stem(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")
+        say(f"results: {stem}.json")
+        calibration, failed = [], {}
 
         def checkpoint():
             partial = dict(meta, aborted=f"incomplete: {len(runner.records)} runs so far")
             with open(stem + ".json.tmp", "w") as f:
-                json.dump({"meta": partial, "runs": runner.records}, f, indent=1)
+                json.dump({"meta": partial, "calibration": calibration, "runs": runner.records},
+                          f, indent=1)
             os.replace(stem + ".json.tmp", stem + ".json")
 
+        checkpoint()
         # Interrupted (Ctrl-C, SIGTERM), the runs so far are still written.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
-            run_rounds(runner, groups, rounds, args.device, checkpoint)
+            groups = calibrate(runner, groups, settings.rate_seconds, args.device, failed,
+                               calibration, checkpoint)
+            run_rounds(runner, groups, rounds, args.device, checkpoint, failed)
         except runners.TransportError as e:
             say(f"error: {e}")
             meta["aborted"] = str(e)
@@ -235,7 +318,8 @@ def main():
         meta["load_after"] = loadavg()
         meta["minutes"] = round((time.monotonic() - started) / 60, 1)
     with open(stem + ".json", "w") as f:
-        json.dump({"meta": meta, "runs": runner.records}, f, indent=1)
+        json.dump({"meta": meta, "calibration": calibration, "runs": runner.records}, f,
+                  indent=1)
     say(f"raw results: {stem}.json")
     report.write(stem)
     if "aborted" in meta:

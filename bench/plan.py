@@ -46,6 +46,9 @@ class Settings:
             if not full:
                 self.curve_sizes = [1, 256, 65536, 4 * MIB]
         self.cpu_seconds = 0.2 if not full else 0.5
+        # Rate and bandwidth runs last about this long (count_for_seconds);
+        # the guest's too: its count comes from its own measured rate.
+        self.rate_seconds = 2.0 if full else 0.5
         self.bulk_size = 16 * MIB if guest else 64 * MIB
 
     def curve_lat_iters(self, size):
@@ -61,7 +64,9 @@ class Settings:
                 "lat_sizes": self.lat_sizes, "rate_sizes": self.rate_sizes,
                 "lat_iters": self.lat_iters, "lat_ops": self.lat_ops, "rate_iters": self.rate_iters,
                 "curve_sizes": self.curve_sizes, "cpu_rates": self.cpu_rates,
-                "cpu_seconds": self.cpu_seconds, "chunks": self.chunks,
+                "cpu_seconds": self.cpu_seconds, "rate_seconds": self.rate_seconds,
+                "rate_max_msgs": RATE_MAX_MSGS, "rate_max_bytes": RATE_MAX_BYTES,
+                "chunks": self.chunks,
                 "bulk_size": self.bulk_size, "bulk_iters": self.bulk_iters}
 
 
@@ -113,6 +118,49 @@ PEER_TCP_BYTES = 64 * MIB
 PEER_TCP_MAX_MSGS = 1000000
 
 
+# A rate run sized by time stays below these: a few GiB moved, and counts a
+# 32-bit ITERS and the tools' per-message bookkeeping take easily.
+RATE_MAX_MSGS = 5000000
+RATE_MAX_BYTES = 4 << 30
+# The kinds whose runs stream messages for a message rate or a bandwidth.
+TIMED_KINDS = ("rate", "curve_bw")
+
+
+def _round_count(n, up=True):
+    """N to two significant digits (61234 -> 61000): a count one reads at a glance."""
+    if n < 100:
+        return int(n)
+    unit = 10 ** (len(str(int(n))) - 2)
+    return int(round(n / unit) if up else n // unit) * unit
+
+
+def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
+                      max_bytes=RATE_MAX_BYTES):
+    """Messages that last about SECONDS at RATE (msg/s, measured by a
+    calibration run of PLANNED messages of SIZE bytes): never fewer than
+    PLANNED, at most MAX_MSGS and MAX_BYTES (each rounded down to a readable
+    count); PLANNED when the rate is unknown."""
+    if not rate or rate <= 0:
+        return planned
+    cap = _round_count(min(max_msgs, max_bytes // max(size, 1)), up=False)
+    return max(planned, min(cap, _round_count(rate * seconds)))
+
+
+def timed(case):
+    """Whether CASE's count is sized by time (a rate or bandwidth stream)."""
+    return case["kind"] in TIMED_KINDS
+
+
+def with_count(case, iters):
+    """CASE sending ITERS messages (wimm's `-n` and the peers' count)."""
+    out = dict(case, iters=iters, planned_iters=case.get("planned_iters", case["iters"]))
+    if "args" in case:
+        args = list(case["args"])
+        args[args.index("-n") + 1] = str(iters)
+        out["args"] = args
+    return out
+
+
 def peer_rate_iters(cls, peer, size, iters):
     """Messages a rate peer sends: ITERS, more for ucx_perftest over tcp."""
     if cls != "tcp" or peer["tool"] != "ucx_perftest":
@@ -139,7 +187,7 @@ def build(settings, fabrics, available):
     groups = []
     def point(kind, mode, size, cls, ops, iters, peers):
         """wimm's cases of one point on the fabrics of a class, then the peers'."""
-        g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)])
+        g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)], iters=iters)
              for f in fabrics if transport_class(f) == cls for op in ops]
         return g + [_peer_case(kind, cls, p, size,
                                peer_rate_iters(cls, p, size, iters) if mode == "rate" else iters)

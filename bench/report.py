@@ -78,11 +78,35 @@ def header(meta):
              "one-way: each tool's round trip / 2. Rates are messages/s; bandwidth is bytes/s "
              "computed from each tool's own unit (UCX MB = 2^20, fi_pingpong and wimm "
              "MB = 10^6, perftest from its message rate)."]
+    lines.append(counts_line(s))
+    if meta.get("only"):
+        lines.append(f"Narrowed to the cases whose key matches `{meta['only']}` (--only).")
     if meta.get("clocksource"):
         lines.append(f"Guest clocksource: {meta['clocksource']}.")
     if meta.get("aborted"):
         lines.append(f"**The run was aborted:** {meta['aborted']}")
     return "\n".join(lines)
+
+
+def counts_line(s):
+    """How the runs' message counts were chosen, from the settings."""
+    if "rate_seconds" not in s:  # a results file of before the calibration runs
+        return "Counts: fixed per case (bench/plan.py), the same in every round."
+    return (f"Counts: latency runs a fixed count per case; the rate and bandwidth runs were "
+            f"sized to about {s['rate_seconds']:g} s each by one calibration run of the "
+            f"planned count (never fewer than that, at most {s['rate_max_msgs']} messages and "
+            f"{size_label(s['rate_max_bytes'])} per run), the same count in every round. The "
+            "calibration runs are in the JSON (`\"calibration\": true`), in no median.")
+
+
+def calibration_detail(records):
+    rows = []
+    for r in records:
+        measured = num(r.get("msg_rate"), 0) if r.get("ok") else \
+            f"failed: {last_line(r.get('error'))[:80]}"
+        rows.append((r["key"], r["iters"], measured, r["chosen_iters"]))
+    return table(("case", "calibration messages", "calibration msg/s", "messages per round"),
+                 rows, "lrrr") if rows else "- none"
 
 
 def latency_detail(ix, meta):
@@ -294,6 +318,9 @@ def render(data, stem):
     if meta["fabrics"]:
         names = plots(ix, meta, stem)
         parts.append("### Plots\n\n" + "\n".join(f"![{n}]({n})" for n in names))
+    if "rate_seconds" in meta["settings"]:
+        parts += ["### Counts of the rate and bandwidth runs, from their calibration runs",
+                  calibration_detail(data.get("calibration", []))]
     parts += ["### Failed runs and unusable fabrics", failures(ix, meta)]
     return "\n\n".join(parts) + "\n"
 

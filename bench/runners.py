@@ -86,9 +86,10 @@ class Pair:
         return os.path.join(self.work, f"{self.name}.{what}")
 
     def start_server(self, argv, env=None):
-        self.server = subprocess.Popen(argv, stdout=open(self.path("server.out"), "w"),
-                                       stderr=open(self.path("server.err"), "w"),
-                                       env=env, start_new_session=True)
+        # The child keeps its own copies of the two files; ours close here.
+        with open(self.path("server.out"), "w") as out, open(self.path("server.err"), "w") as err:
+            self.server = subprocess.Popen(argv, stdout=out, stderr=err, env=env,
+                                           start_new_session=True)
         LIVE_SERVERS.add(self.server)
 
     def run_client(self, argv, env=None):

@@ -1,7 +1,8 @@
 """The harness's statistics, verdicts and parsers on fixed inputs (ctest
 bench.harness): the medians over rounds, the ratio direction of each goal,
-where curves cross, the UCX transport check and the report of a results
-file with a failed run and an unusable fabric."""
+where curves cross, the UCX transport check, the count of a rate run sized
+by time, the choice of a results file's name and the report of a results
+file with a failed run, an unusable fabric and its calibration runs."""
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import goals  # noqa: E402
+import harness  # noqa: E402
 import plan  # noqa: E402
 import report  # noqa: E402
 import runners  # noqa: E402
@@ -103,6 +105,112 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(runners._tail(text), "wimm:1 terminated with signal 11 | end")
 
 
+class CountTest(unittest.TestCase):
+    def test_count_lasts_the_seconds_rounded(self):
+        # 123456 msg/s for 0.5 s: 61728, read as 62000.
+        self.assertEqual(plan.count_for_seconds(123456, 10000, 0.5, 8), 62000)
+        self.assertEqual(plan.count_for_seconds(2e6, 10000, 2.0, 8), 4000000)
+        self.assertEqual(plan.count_for_seconds(1049, 20, 0.5, 8), 520)
+        self.assertEqual(plan._round_count(99), 99)
+        self.assertEqual(plan._round_count(1049, up=False), 1000)
+
+    def test_never_fewer_than_planned(self):
+        self.assertEqual(plan.count_for_seconds(5000, 10000, 0.5, 8), 10000)
+        # The ucx tcp floor is the planned count: above the cap, it still stands.
+        self.assertEqual(plan.count_for_seconds(1e8, 1000000, 0.5, 8, max_msgs=500000),
+                         1000000)
+
+    def test_caps_in_messages_and_bytes(self):
+        self.assertEqual(plan.count_for_seconds(2e7, 10000, 0.5, 8), plan.RATE_MAX_MSGS)
+        # 4 MiB messages: at most 4 GiB, 1024 messages, read as 1000.
+        self.assertEqual(plan.count_for_seconds(3000, 32, 0.5, 4 * plan.MIB), 1000)
+        self.assertEqual(plan.count_for_seconds(3000, 32, 0.5, 4 * plan.MIB,
+                                                max_bytes=plan.MIB << 9), 120)
+
+    def test_unknown_rate_keeps_planned(self):
+        for rate in (None, 0, -1.0):
+            self.assertEqual(plan.count_for_seconds(rate, 10000, 0.5, 8), 10000)
+
+    def test_timed_cases_and_their_new_count(self):
+        s = plan.Settings(full=False, rounds=5)
+        groups = plan.build(s, ["ofi:tcp"], {"ucx_perftest", "fi_pingpong"})
+        cases = {c["key"]: c for g in groups for c in g}
+        self.assertEqual({c["kind"] for c in cases.values() if plan.timed(c)}, {"rate", "curve_bw"})
+        case = cases["rate|ofi:tcp|write_imm|8"]
+        sized = plan.with_count(case, 62000)
+        self.assertEqual(sized["args"][sized["args"].index("-n") + 1], "62000")
+        self.assertEqual((sized["iters"], sized["planned_iters"]), (62000, s.rate_iters))
+        self.assertEqual(case["args"][-1], str(s.rate_iters))  # the plan's case is unchanged
+        peer = cases["rate|tcp|ucp_am_bw UCX_TLS=tcp|8"]
+        self.assertEqual(plan.with_count(peer, 2000000)["iters"], 2000000)
+        self.assertEqual(plan.with_count(plan.with_count(peer, 3), 4)["planned_iters"], 1000000)
+
+
+class StemTest(unittest.TestCase):
+    def names(self, d, *names):
+        for n in names:
+            open(os.path.join(d, n), "w").close()
+
+    def test_next_free_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.names(d, "host-2026-12-01.json", "host-2026-12-01.md",
+                       "host-2026-12-01-latency.png", "host-2026-12-01-run2.json",
+                       "host-2026-12-01-run2.md", "host-2026-12-01-run2-bandwidth.png",
+                       "softroce-2026-12-02.json")
+            stem = harness.results_stem(d, "host-2026-12-01")
+            self.assertEqual(stem, os.path.join(d, "host-2026-12-01-run3"))
+            # Reserved: the next run, even before this one wrote anything, takes run4.
+            self.assertTrue(os.path.exists(stem + ".json"))
+            self.assertEqual(harness.results_stem(d, "host-2026-12-01"),
+                             os.path.join(d, "host-2026-12-01-run4"))
+            self.assertEqual(harness.results_stem(d, "softroce-2026-12-01"),
+                             os.path.join(d, "softroce-2026-12-01"))
+
+    def test_any_file_of_a_stem_takes_it(self):
+        for left in ("host-d-cpu-bulk.png", "host-d.md", "host-d.json.tmp"):
+            with tempfile.TemporaryDirectory() as d:
+                self.names(d, left)
+                self.assertEqual(harness.results_stem(d, "host-d"),
+                                 os.path.join(d, "host-d-run2"), left)
+
+
+@unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
+class CalibrationTest(unittest.TestCase):
+    def case(self, fabric):
+        s = plan.Settings(full=False, rounds=5)
+        groups = plan.build(s, [fabric], set())
+        return [[c for g in groups for c in g if c["key"] == f"rate|{fabric}|write_imm|8"]]
+
+    def test_calibration_sizes_the_rounds(self):
+        with tempfile.TemporaryDirectory() as work:
+            runner = harness.Runner(os.environ["WIMM"], work, "127.0.0.1")
+            records, failed = [], {}
+            groups = harness.calibrate(runner, self.case("ofi:tcp"), 0.2, None, failed, records)
+        (case,), = groups
+        (record,) = records
+        self.assertTrue(record["ok"], record.get("error"))
+        self.assertTrue(record["calibration"])
+        self.assertEqual(record["iters"], 10000)
+        self.assertEqual(record["chosen_iters"], plan.count_for_seconds(
+            record["msg_rate"], 10000, 0.2, 8))
+        self.assertEqual(case["args"][case["args"].index("-n") + 1], str(case["iters"]))
+        self.assertEqual(case["iters"], record["chosen_iters"])
+        self.assertEqual((failed, runner.records), ({}, []))
+
+    def test_failed_calibration_keeps_the_planned_count(self):
+        with tempfile.TemporaryDirectory() as work:
+            runner = harness.Runner(os.environ["WIMM"], work, "127.0.0.1")
+            records, failed = [], {}
+            (case,), = harness.calibrate(runner, self.case("nosuch:fabric"), 0.2, None, failed,
+                                         records)
+        self.assertEqual(case["iters"], 10000)
+        self.assertFalse(records[0]["ok"])
+        self.assertEqual(records[0]["chosen_iters"], 10000)
+        self.assertIn("server did not start", records[0]["error"])
+        # It failed by a timeout-like start failure: the rounds skip it.
+        self.assertIn("rate|nosuch:fabric|write_imm|8", failed)
+
+
 @unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
 class WimmRunTest(unittest.TestCase):
     def test_fabric_other_than_asked_is_refused(self):
@@ -130,6 +238,11 @@ class UsageTest(unittest.TestCase):
             done = self.harness({"BENCH_ROUNDS": rounds}, "--build", "/nonexistent")
             self.assertEqual(done.returncode, 2)
             self.assertIn(f"BENCH_ROUNDS={rounds!r}: give a number of at least 5", done.stderr)
+
+    def test_bad_only_refused(self):
+        done = self.harness({}, "--only", "rate|(", "--build", "/nonexistent")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("--only: not a regular expression: 'rate|('", done.stderr)
 
     def test_missing_build_named(self):
         done = self.harness({}, "--build", "/nonexistent")
@@ -163,10 +276,15 @@ class ReportTest(unittest.TestCase):
         self.assertAlmostEqual(rows[0]["ratio"], 7.0 / 8.0)
         claim = goals.write_send_claim(ix, meta)[0]
         self.assertEqual((claim["ratio"], claim["verdict"]), (1.5, "holds"))
+        calibration = [dict(run("rate|ofi:tcp|write_imm|8", "rate", None, msg_rate=123456.0),
+                            iters=10000, chosen_iters=62000, calibration=True),
+                       dict(run("rate|ofi:tcp|send_imm|8", "rate", None, ok=False,
+                                error="wimm: client: the peer left"),
+                            iters=10000, chosen_iters=10000, calibration=True)]
         with tempfile.TemporaryDirectory() as d:
             stem = os.path.join(d, "t")
             with open(stem + ".json", "w") as f:
-                json.dump({"meta": meta, "runs": runs}, f)
+                json.dump({"meta": meta, "calibration": calibration, "runs": runs}, f)
             with open(stem + ".json") as f:
                 text = report.render(json.load(f), stem)
             self.assertTrue(os.path.exists(stem + "-latency.png"))
@@ -175,6 +293,15 @@ class ReportTest(unittest.TestCase):
                       text)
         self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
+        self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by one "
+                      "calibration run", text)
+        self.assertIn("| rate|ofi:tcp|write_imm|8 | 10000 | 123456 | 62000 |", text)
+        self.assertIn("| rate|ofi:tcp|send_imm|8 | 10000 | failed: wimm: client: the peer left "
+                      "| 10000 |", text)
+        # A results file of before the calibration runs says its counts were fixed.
+        old = {k: v for k, v in meta["settings"].items()
+               if k not in ("rate_seconds", "rate_max_msgs", "rate_max_bytes")}
+        self.assertIn("Counts: fixed per case", report.header(dict(meta, settings=old)))
 
 
 if __name__ == "__main__":
