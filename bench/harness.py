@@ -75,17 +75,19 @@ class Runner:
 
     def execute(self, case, device=None):
         tool = case["tool"]
+        # A count sized by time comes with its own time limit; else the runner's.
+        limit = {"timeout": case["timeout"]} if "timeout" in case else {}
         if tool == "wimm":
             return runners.run_wimm(self.wimm, self.work, case["mode"], case["fabric"],
-                                    case["args"], host=self.host)
+                                    case["args"], host=self.host, **limit)
         if tool == "fi_pingpong":
             return runners.run_fi_pingpong(self.work, case["provider"], case["ep_type"],
-                                           case["size"], case["iters"])
+                                           case["size"], case["iters"], **limit)
         if tool == "ucx_perftest":
             return runners.run_ucx(self.work, case["test"], case["tls"], case["size"],
-                                   case["iters"])
+                                   case["iters"], **limit)
         return runners.run_perftest(self.work, tool, device, case["size"], case["iters"],
-                                    self.host)
+                                    self.host, **limit)
 
 
 def probe_fabrics(runner, fabrics):
@@ -133,14 +135,17 @@ def calibrate(runner, groups, seconds, device, failed, records, checkpoint=lambd
             record = attempt(runner, case, device, failed)
             rate = record.get("msg_rate") if record["ok"] else None
             iters = plan.count_for_seconds(rate, case["iters"], seconds, case["size"])
+            floor = runners.PERFTEST_TIMEOUT if case["tool"].startswith("ib_") \
+                else runners.RUN_TIMEOUT
+            timeout = plan.timeout_for(iters, rate, floor)
             if rate:
                 say(f"calibration {case['key']}: {rate:.0f} msg/s -> {iters} messages "
-                    f"(about {iters / rate:.2f} s)")
+                    f"(about {iters / rate:.2f} s, time limit {timeout} s)")
             else:
                 say(f"calibration {case['key']}: no rate, keeping the planned {iters} messages")
-            record.update(calibration=True, chosen_iters=iters)
+            record.update(calibration=True, chosen_iters=iters, chosen_timeout=timeout)
             records.append(record)
-            out.append(plan.with_count(case, iters))
+            out.append(plan.with_count(case, iters, timeout))
         sized.append(out)
         checkpoint()
     return sized

@@ -146,14 +146,31 @@ def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
     return max(planned, min(cap, _round_count(rate * seconds)))
 
 
+# On a loaded host one round of a rate case ran 250x slower than another
+# (ipc 8 B: 37796 and 9371132 msg/s, 55000 messages each), so a count sized
+# from one calibration run may take that much longer than planned.
+RATE_SLOWDOWN = 250
+
+
+def timeout_for(iters, rate, floor, slowdown=RATE_SLOWDOWN):
+    """Seconds a run of ITERS messages sized at RATE may take before it is
+    declared stuck: SLOWDOWN times its expected time, at least FLOOR."""
+    if not rate or rate <= 0:
+        return floor
+    return max(floor, int(slowdown * iters / rate + 0.999))
+
+
 def timed(case):
     """Whether CASE's count is sized by time (a rate or bandwidth stream)."""
     return case["kind"] in TIMED_KINDS
 
 
-def with_count(case, iters):
-    """CASE sending ITERS messages (wimm's `-n` and the peers' count)."""
+def with_count(case, iters, timeout=None):
+    """CASE sending ITERS messages (wimm's `-n` and the peers' count), its
+    runs given TIMEOUT seconds when set."""
     out = dict(case, iters=iters, planned_iters=case.get("planned_iters", case["iters"]))
+    if timeout is not None:
+        out["timeout"] = timeout
     if "args" in case:
         args = list(case["args"])
         args[args.index("-n") + 1] = str(iters)

@@ -23,6 +23,7 @@ import subprocess
 import time
 
 MIB = 1 << 20
+RUN_TIMEOUT = 120  # seconds a run may take unless told otherwise
 # Servers started and not yet reaped: an interrupted harness ends them.
 LIVE_SERVERS = set()
 
@@ -125,7 +126,7 @@ class Pair:
         self.server = None
 
 
-def run_wimm(wimm, work, mode, fabric, args, host="127.0.0.1", timeout=120):
+def run_wimm(wimm, work, mode, fabric, args, host="127.0.0.1", timeout=RUN_TIMEOUT):
     """`wimm MODE -f FABRIC ARGS` as a server and a client; the client's JSON
     object, with the receiver's CPU (its own JSON line) merged in."""
     port = free_port()
@@ -198,7 +199,7 @@ def _finish_peer(pair, argv):
         raise RunError(f"{shlex.join(argv)}: server exited {rc}: {_tail(err)}")
 
 
-def run_fi_pingpong(work, provider, ep_type, size, iters, timeout=120):
+def run_fi_pingpong(work, provider, ep_type, size, iters, timeout=RUN_TIMEOUT):
     """fi_pingpong -p PROVIDER -e EP_TYPE: libfabric restricts its fi_getinfo
     to that provider, so the run fails rather than fall back to another."""
     port = free_port()
@@ -246,7 +247,7 @@ def check_ucx_lanes(log, tls, cmd):
     return used
 
 
-def run_ucx(work, test, tls, size, iters, timeout=120):
+def run_ucx(work, test, tls, size, iters, timeout=RUN_TIMEOUT):
     """ucx_perftest -t TEST with UCX_TLS=TLS; checks in UCX's own log that
     every lane it set up uses an allowed transport of that TLS."""
     env = dict(os.environ, UCX_TLS=tls, UCX_LOG_LEVEL="info")
@@ -271,7 +272,10 @@ def run_ucx(work, test, tls, size, iters, timeout=120):
             "transports": sorted(used), "cmd": cmd}
 
 
-def run_perftest(work, tool, device, size, iters, addr, timeout=300):
+PERFTEST_TIMEOUT = 300  # the guest's perftest runs are slow (TCG)
+
+
+def run_perftest(work, tool, device, size, iters, addr, timeout=PERFTEST_TIMEOUT):
     """perftest ib_*_lat / ib_*_bw between two processes on ADDR; checks the
     device it reports."""
     port = free_port()

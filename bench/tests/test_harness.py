@@ -131,6 +131,12 @@ class CountTest(unittest.TestCase):
         for rate in (None, 0, -1.0):
             self.assertEqual(plan.count_for_seconds(rate, 10000, 0.5, 8), 10000)
 
+    def test_time_limit_of_a_sized_run(self):
+        # 55000 messages at 110908 msg/s: 0.5 s expected, 250x that allowed.
+        self.assertEqual(plan.timeout_for(55000, 110908, 120), 124)
+        self.assertEqual(plan.timeout_for(10000, 1e6, 120), 120)
+        self.assertEqual(plan.timeout_for(10000, None, 300), 300)
+
     def test_timed_cases_and_their_new_count(self):
         s = plan.Settings(full=False, rounds=5)
         groups = plan.build(s, ["ofi:tcp"], {"ucx_perftest", "fi_pingpong"})
@@ -144,6 +150,8 @@ class CountTest(unittest.TestCase):
         peer = cases["rate|tcp|ucp_am_bw UCX_TLS=tcp|8"]
         self.assertEqual(plan.with_count(peer, 2000000)["iters"], 2000000)
         self.assertEqual(plan.with_count(plan.with_count(peer, 3), 4)["planned_iters"], 1000000)
+        self.assertNotIn("timeout", sized)
+        self.assertEqual(plan.with_count(peer, 5, timeout=130)["timeout"], 130)
 
 
 class StemTest(unittest.TestCase):
@@ -195,6 +203,8 @@ class CalibrationTest(unittest.TestCase):
             record["msg_rate"], 10000, 0.2, 8))
         self.assertEqual(case["args"][case["args"].index("-n") + 1], str(case["iters"]))
         self.assertEqual(case["iters"], record["chosen_iters"])
+        self.assertEqual(case["timeout"], record["chosen_timeout"])
+        self.assertGreaterEqual(case["timeout"], runners.RUN_TIMEOUT)
         self.assertEqual((failed, runner.records), ({}, []))
 
     def test_failed_calibration_keeps_the_planned_count(self):
@@ -203,7 +213,7 @@ class CalibrationTest(unittest.TestCase):
             records, failed = [], {}
             (case,), = harness.calibrate(runner, self.case("nosuch:fabric"), 0.2, None, failed,
                                          records)
-        self.assertEqual(case["iters"], 10000)
+        self.assertEqual((case["iters"], case["timeout"]), (10000, runners.RUN_TIMEOUT))
         self.assertFalse(records[0]["ok"])
         self.assertEqual(records[0]["chosen_iters"], 10000)
         self.assertIn("server did not start", records[0]["error"])
