@@ -233,6 +233,14 @@ def only_filter(pattern):
         raise argparse.ArgumentTypeError(f"not a regular expression: {pattern!r}: {e}")
 
 
+def narrow(groups, only):
+    """The cases of GROUPS whose key ONLY (a compiled pattern, or None: all)
+    matches, the groups left empty dropped."""
+    if only is None:
+        return groups
+    return [g for g in ([c for c in g if only.search(c["key"])] for g in groups) if g]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,10 +277,15 @@ def main():
         fabrics = [f for f in fabrics if not f.startswith("verbs:")]
     available = {t for t in PEER_TOOLS if shutil.which(t)}
     say(f"fabrics listed: {', '.join(fabrics)}; peers here: {', '.join(sorted(available))}")
+    if not narrow(plan.build(settings, fabrics, available), args.only):
+        parser.error(f"--only '{args.only.pattern}': no case matches (keys look like "
+                     "rate|ipc|write_imm|8; a literal | is \\|)")
     date = datetime.datetime.now(datetime.timezone.utc)
     meta = {"date": date.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(args.note),
             "load_before": loadavg(), "versions": tool_versions(wimm),
             "settings": settings.describe(), "peers": sorted(available)}
+    if args.only:
+        meta["only"] = args.only.pattern
     if args.guest:
         try:
             with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
@@ -283,13 +296,10 @@ def main():
         runner = Runner(wimm, work, host)
         usable, unusable = probe_fabrics(runner, fabrics)
         meta.update(fabrics=usable, unusable=unusable)
-        groups = plan.build(settings, usable, available)
-        if args.only:
-            meta["only"] = args.only.pattern
-            groups = [g for g in ([c for c in g if args.only.search(c["key"])] for g in groups)
-                      if g]
-            if not groups:
-                raise SystemExit(f"bench: --only {args.only.pattern!r}: no case matches")
+        groups = narrow(plan.build(settings, usable, available), args.only)
+        if not groups:
+            raise SystemExit(f"bench: --only '{args.only.pattern}': no case on the usable "
+                             f"fabrics ({', '.join(usable) or 'none'}) matches")
         started = time.monotonic()
         os.makedirs(args.out, exist_ok=True)
         stem = results_stem(args.out, f"{name}-{date.strftime('%Y-%m-%d')}")

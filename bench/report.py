@@ -99,12 +99,17 @@ def counts_line(s):
             "calibration runs are in the JSON (`\"calibration\": true`), in no median.")
 
 
+def cell(text):
+    """TEXT in a table cell: a | of a case key or a tool's message would end it."""
+    return str(text).replace("|", "\\|")
+
+
 def calibration_detail(records):
     rows = []
     for r in records:
         measured = num(r.get("msg_rate"), 0) if r.get("ok") else \
             f"failed: {last_line(r.get('error'))[:80]}"
-        rows.append((r["key"], r["iters"], measured, r["chosen_iters"]))
+        rows.append((cell(r["key"]), r["iters"], cell(measured), r["chosen_iters"]))
     return table(("case", "calibration messages", "calibration msg/s", "messages per round"),
                  rows, "lrrr") if rows else "- none"
 

@@ -254,6 +254,22 @@ class UsageTest(unittest.TestCase):
         self.assertEqual(done.returncode, 2)
         self.assertIn("--only: not a regular expression: 'rate|('", done.stderr)
 
+    @unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
+    def test_only_matching_nothing_refused(self):
+        build = os.path.dirname(os.path.dirname(os.path.abspath(os.environ["WIMM"])))
+        with tempfile.TemporaryDirectory() as out:
+            done = self.harness({}, "--only", "^nosuch\\|", "--build", build, "--out", out)
+            self.assertEqual(os.listdir(out), [])  # refused before any run or file
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("--only '^nosuch\\|': no case matches (keys look like", done.stderr)
+
+    def test_narrowed_to_the_matching_cases(self):
+        groups = plan.build(plan.Settings(False, 5), ["ofi:tcp", "ipc"], {"ucx_perftest"})
+        only = harness.only_filter(r"^rate\|(ipc\|write_imm|intra-host\|ucp_am_bw.*)\|8$")
+        self.assertEqual([[c["key"] for c in g] for g in harness.narrow(groups, only)],
+                         [["rate|ipc|write_imm|8", "rate|intra-host|ucp_am_bw UCX_TLS=sm|8"]])
+        self.assertIs(harness.narrow(groups, None), groups)
+
     def test_missing_build_named(self):
         done = self.harness({}, "--build", "/nonexistent")
         self.assertEqual(done.returncode, 1)
@@ -289,7 +305,7 @@ class ReportTest(unittest.TestCase):
         calibration = [dict(run("rate|ofi:tcp|write_imm|8", "rate", None, msg_rate=123456.0),
                             iters=10000, chosen_iters=62000, calibration=True),
                        dict(run("rate|ofi:tcp|send_imm|8", "rate", None, ok=False,
-                                error="wimm: client: the peer left"),
+                                error="wimm: client: the peer left | wimm: server: gone"),
                             iters=10000, chosen_iters=10000, calibration=True)]
         with tempfile.TemporaryDirectory() as d:
             stem = os.path.join(d, "t")
@@ -305,9 +321,9 @@ class ReportTest(unittest.TestCase):
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
         self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by one "
                       "calibration run", text)
-        self.assertIn("| rate|ofi:tcp|write_imm|8 | 10000 | 123456 | 62000 |", text)
-        self.assertIn("| rate|ofi:tcp|send_imm|8 | 10000 | failed: wimm: client: the peer left "
-                      "| 10000 |", text)
+        self.assertIn("| rate\\|ofi:tcp\\|write_imm\\|8 | 10000 | 123456 | 62000 |", text)
+        self.assertIn("| rate\\|ofi:tcp\\|send_imm\\|8 | 10000 | failed: wimm: client: the "
+                      "peer left \\| wimm: server: gone | 10000 |", text)
         # A results file of before the calibration runs says its counts were fixed.
         old = {k: v for k, v in meta["settings"].items()
                if k not in ("rate_seconds", "rate_max_msgs", "rate_max_bytes")}
