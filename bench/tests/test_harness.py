@@ -293,6 +293,8 @@ class ReportTest(unittest.TestCase):
                 runs.append(run(f"lat|tcp|fi_pingpong -p tcp -e msg|{size}", "lat", rnd,
                                 tool="fi_pingpong", cls="tcp", size=size,
                                 label="fi_pingpong -p tcp -e msg", avg_us=8.0))
+            runs.append(run("rate|ofi:tcp|write_imm|8", "rate", rnd, fabric="ofi:tcp", cls="tcp",
+                            size=8, op="write_imm", label="write_imm", msg_rate=1e6 * rnd))
             runs.append(run("lat|ofi:tcp|write_send|1200", "lat", rnd, fabric="ofi:tcp",
                             cls="tcp", size=1200, label="write_send", ok=rnd != 3,
                             median_us=6.0, error="wimm: client: the peer left"))
@@ -324,6 +326,8 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| rate\\|ofi:tcp\\|write_imm\\|8 | 10000 | 123456 | 62000 |", text)
         self.assertIn("| rate\\|ofi:tcp\\|send_imm\\|8 | 10000 | failed: wimm: client: the "
                       "peer left \\| wimm: server: gone | 10000 |", text)
+        # The median of the rounds (1..5 M/s): the calibration run's 0.123 M/s is in none.
+        self.assertIn("| ofi:tcp | 8 | write_imm | 3.000 |", text)
         # A results file of before the calibration runs says its counts were fixed.
         old = {k: v for k, v in meta["settings"].items()
                if k not in ("rate_seconds", "rate_max_msgs", "rate_max_bytes")}
