@@ -167,7 +167,9 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=N
                     f"~{left / 60:.1f} min left] {case['key']}")
                 if case["key"] in failed:
                     record = {k: v for k, v in case.items() if k != "args"}
-                    record.update(ok=False, error="skipped: timed out in an earlier run")
+                    record.update(ok=False, time=round(time.time(), 3),
+                                  error="skipped, as an earlier run timed out or did not "
+                                  f"start: {failed[case['key']]}")
                 else:
                     record = attempt(runner, case, device, failed)
                 record["round"] = rnd

@@ -126,12 +126,13 @@ RATE_MAX_BYTES = 4 << 30
 TIMED_KINDS = ("rate", "curve_bw")
 
 
-def _round_count(n, up=True):
-    """N to two significant digits (61234 -> 61000): a count one reads at a glance."""
+def _round_count(n, nearest=True):
+    """N to two significant digits, to the nearest or down (61234 -> 61000):
+    a count one reads at a glance."""
     if n < 100:
         return int(n)
     unit = 10 ** (len(str(int(n))) - 2)
-    return int(round(n / unit) if up else n // unit) * unit
+    return int(round(n / unit) if nearest else n // unit) * unit
 
 
 def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
@@ -142,7 +143,7 @@ def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
     count); PLANNED when the rate is unknown."""
     if not rate or rate <= 0:
         return planned
-    cap = _round_count(min(max_msgs, max_bytes // max(size, 1)), up=False)
+    cap = _round_count(min(max_msgs, max_bytes // max(size, 1)), nearest=False)
     return max(planned, min(cap, _round_count(rate * seconds)))
 
 

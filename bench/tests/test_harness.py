@@ -112,7 +112,7 @@ class CountTest(unittest.TestCase):
         self.assertEqual(plan.count_for_seconds(2e6, 10000, 2.0, 8), 4000000)
         self.assertEqual(plan.count_for_seconds(1049, 20, 0.5, 8), 520)
         self.assertEqual(plan._round_count(99), 99)
-        self.assertEqual(plan._round_count(1049, up=False), 1000)
+        self.assertEqual(plan._round_count(1049, nearest=False), 1000)
 
     def test_never_fewer_than_planned(self):
         self.assertEqual(plan.count_for_seconds(5000, 10000, 0.5, 8), 10000)
@@ -211,14 +211,21 @@ class CalibrationTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as work:
             runner = harness.Runner(os.environ["WIMM"], work, "127.0.0.1")
             records, failed = [], {}
-            (case,), = harness.calibrate(runner, self.case("nosuch:fabric"), 0.2, None, failed,
-                                         records)
+            groups = harness.calibrate(runner, self.case("nosuch:fabric"), 0.2, None, failed,
+                                       records)
+            harness.run_rounds(runner, groups, 5, None, failed=failed)
+        (case,), = groups
         self.assertEqual((case["iters"], case["timeout"]), (10000, runners.RUN_TIMEOUT))
         self.assertFalse(records[0]["ok"])
         self.assertEqual(records[0]["chosen_iters"], 10000)
         self.assertIn("server did not start", records[0]["error"])
-        # It failed by a timeout-like start failure: the rounds skip it.
+        # A server that did not start would not in later rounds either: they skip it.
         self.assertIn("rate|nosuch:fabric|write_imm|8", failed)
+        self.assertEqual([(r["round"], r["ok"]) for r in runner.records],
+                         [(n, False) for n in range(1, 6)])
+        for r in runner.records:
+            self.assertRegex(r["error"], "^skipped, as an earlier run timed out or did not "
+                             "start: .*server did not start")
 
 
 @unittest.skipUnless(os.environ.get("WIMM"), "WIMM: the wimm executable (ctest sets it)")
