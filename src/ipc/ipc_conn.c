@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ipc/ipc_internal.h"
@@ -60,6 +61,7 @@ static int ipc_txq_new(struct ipc_conn *c, const struct wimm_conn_cfg *cfg)
 	q->hdr->magic = IPC_MAGIC;
 	q->hdr->entries = entries;
 	q->hdr->data_bytes = IPC_DATA_BYTES;
+	q->hdr->self = (uint64_t)(uintptr_t)q->hdr;
 	q->ent = ipc_entries(q->hdr);
 	q->data = (uint8_t *)(q->ent + entries);
 	return 0;
@@ -218,6 +220,7 @@ static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
 	q->n = (uint32_t)n;
 	q->mask = q->n - 1;
 	q->data_bytes = d;
+	q->self = __atomic_load_n(&q->hdr->self, __ATOMIC_RELAXED);
 	q->ent = ipc_entries(q->hdr);
 	q->data = (const uint8_t *)(q->ent + n);
 	/* Our count starts where the ring is now: a peer that published
@@ -228,6 +231,29 @@ static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
 err_geometry:
 	wimm_ctx_set_provider_error(c->ctx->core, 0, "the peer's ring has a bad geometry");
 	return WIMM_E_PROTO;
+}
+
+/* Offer the peer to leave its large payloads in place (ipc_wire.h): only
+ * a peer of our own user, which could read our memory anyway, and only
+ * when we can read its memory now, through the pid the kernel names for
+ * the connection's socket (not one the peer could choose). */
+static void ipc_offer_direct(struct ipc_conn *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uint64_t magic = 0;
+	struct iovec mine = {.iov_base = &magic, .iov_len = sizeof(magic)};
+	struct iovec theirs = {.iov_base = (void *)(uintptr_t)c->rx.self, .iov_len = sizeof(magic)};
+
+	if (!c->ctx->direct || getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
+	    cred.uid != geteuid() || cred.pid <= 0)
+		return;
+	if (process_vm_readv(cred.pid, &mine, 1, &theirs, 1, 0) != (ssize_t)sizeof(magic) ||
+	    magic != IPC_MAGIC)
+		return;
+	c->rx.pid = cred.pid;
+	c->rx.direct = 1;
+	__atomic_store_n(&c->rx.hdr->direct, 1, __ATOMIC_RELEASE);
 }
 
 int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
@@ -251,6 +277,7 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	ret = ipc_map_peer_ring(c, c->peer_fd[0]);
 	if (ret)
 		return ret;
+	ipc_offer_direct(c);
 	ret = ipc_check_memfd(c, c->peer_fd[1], &len, "wake page");
 	if (ret)
 		return ret;
@@ -400,8 +427,11 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* An atomic's 8-byte result comes back in the entry. */
 	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
 	int fetch = atomic || wr->op == WIMM_OP_READ;
+	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */
+	int direct =
+	    !fetch && len >= IPC_DIRECT_MIN && __atomic_load_n(&q->hdr->direct, __ATOMIC_ACQUIRE);
 	uint64_t doff = 0, dend = q->data_head;
-	if (len > IPC_INLINE) {
+	if (len > IPC_INLINE && !direct) {
 		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET &&
 		    wimm_send_ring_outstanding(&q->ops) && ipc_tx_retire(c, NULL, 0) < 0)
 			return WIMM_E_DISCONNECTED;
@@ -416,7 +446,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
 	/* Reads and atomics complete only through the owner's look at them. */
-	e->flags = wr->signal || fetch ? IPC_F_NOTIFY : 0;
+	e->flags =
+	    (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) | (direct ? IPC_F_DIRECT : 0));
 	e->len = len;
 	e->imm = wr->imm;
 	e->status = 0;
@@ -425,6 +456,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	if (atomic) {
 		memcpy(e->u.inl + IPC_ATOMIC_OPERAND, &wr->operand, 8);
 		memcpy(e->u.inl + IPC_ATOMIC_COMPARE, &wr->compare, 8);
+	} else if (direct) {
+		e->u.doff = (uint64_t)(uintptr_t)wr->local;
 	} else if (len > IPC_INLINE) {
 		e->u.doff = doff;
 		if (!fetch)

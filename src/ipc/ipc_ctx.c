@@ -105,6 +105,9 @@ static int ipc_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 		return WIMM_E_NOMEM;
 	x->core = ctx;
 	x->pgfd = x->efd = -1;
+	/* Direct payloads (ipc_wire.h) unless WIMM_IPC_DIRECT=0. */
+	const char *direct = getenv("WIMM_IPC_DIRECT");
+	x->direct = !direct || strcmp(direct, "0") != 0;
 	x->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (x->epfd < 0) {
 		ret = ipc_errno_err(x, errno, "epoll_create1", WIMM_E_PROVIDER);

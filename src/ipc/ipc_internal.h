@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "backend.h"
 #include "core/handshake.h"
@@ -57,6 +58,7 @@ struct ipc_ctx {
 	/* Connections with a CONN_UP or CONN_DOWN to report. */
 	struct ipc_conn *evq;
 	struct wimm_ctl_throttle ctl; /* the connection sockets (liveness) */
+	int direct; /* offer peers direct payloads (WIMM_IPC_DIRECT, default on) */
 };
 
 /* What ipc keeps of an operation beside its send-ring slot (same index). */
@@ -88,7 +90,10 @@ struct ipc_rxq {
 	size_t map_len;
 	uint32_t n, mask;
 	uint64_t data_bytes;
+	uint64_t self; /* where the producer has its header: the probe */
 	uint64_t cons;
+	int direct; /* we offered direct payloads: read them from pid */
+	pid_t pid;
 };
 
 struct ipc_conn {

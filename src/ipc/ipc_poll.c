@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ipc/ipc_internal.h"
@@ -53,6 +54,27 @@ static const uint8_t *ipc_payload(const struct ipc_rxq *q, const struct ipc_entr
 	return q->data + e->u.doff;
 }
 
+/* An entry's payload into dst (already checked to be ours to write): from
+ * the data area (src), or with IPC_F_DIRECT from the producer's memory.
+ * DISCONNECTED: the producer is gone, and what it left in place with it. */
+static int ipc_copy_in(const struct ipc_conn *c, const struct ipc_entry *e, const uint8_t *src,
+		       void *dst)
+{
+	if (!(e->flags & IPC_F_DIRECT)) {
+		memcpy(dst, src, e->len);
+		return 0;
+	}
+	struct iovec to = {.iov_base = dst, .iov_len = e->len};
+	struct iovec from = {.iov_base = (void *)(uintptr_t)e->u.doff, .iov_len = e->len};
+	ssize_t n = process_vm_readv(c->rx.pid, &to, 1, &from, 1, 0);
+
+	if (n == (ssize_t)e->len)
+		return 0;
+	/* Otherwise the address is not the producer's to give (EFAULT, or
+	 * a part of it): refused like any lying entry. */
+	return n < 0 && errno == ESRCH ? WIMM_E_DISCONNECTED : WIMM_E_PROTO;
+}
+
 /* An atomic on a word of ours: the old value goes back in the entry. The
  * word may be shared with other processes and threads: a CPU atomic. */
 static int ipc_atomic(struct ipc_conn *c, const struct ipc_entry *e, struct ipc_entry *shared)
@@ -92,15 +114,20 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		return WIMM_E_TOOBIG;
 	if (e->op == IPC_OP_FETCH_ADD || e->op == IPC_OP_CMP_SWAP)
 		return ipc_atomic(c, e, shared);
-	if (e->op != IPC_OP_READ && e->len && !(src = ipc_payload(&c->rx, e)))
+	if (e->flags & IPC_F_DIRECT) {
+		/* Only what we offered, and only for what carries a payload. */
+		if (!c->rx.direct || e->op == IPC_OP_READ || e->len <= IPC_INLINE)
+			return WIMM_E_PROTO;
+	} else if (e->op != IPC_OP_READ && e->len && !(src = ipc_payload(&c->rx, e))) {
 		return WIMM_E_PROTO;
+	}
 	switch (e->op) {
 	case IPC_OP_WRITE:
 	case IPC_OP_WRITE_IMM:
 		if (e->len && (st = ipc_target(c->ctx, e, WIMM_REMOTE_WRITE, &at)))
 			return st;
-		if (e->len)
-			memcpy(at, src, e->len);
+		if (e->len && (st = ipc_copy_in(c, e, src, at)))
+			return st;
 		if (e->op == IPC_OP_WRITE)
 			return 0;
 		wimm_recv_slots_deliver(&c->rx_slots);
@@ -119,8 +146,8 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 			return WIMM_E_OVERDRAFT;
 		uint8_t *slot =
 		    c->slots + (size_t)wimm_recv_slots_next(&c->rx_slots) * c->recv_size;
-		if (e->len)
-			memcpy(slot, src, e->len);
+		if (e->len && (st = ipc_copy_in(c, e, src, slot)))
+			return st;
 		wimm_recv_slots_deliver(&c->rx_slots);
 		*out = (struct wimm_cqe){.kind = WIMM_CQE_RECV_SEND_IMM,
 					 .conn = c->core,
@@ -170,13 +197,21 @@ static int ipc_drain(struct ipc_conn *c, struct wimm_cqe *out, int room, int *mo
 		struct ipc_entry e;
 		memcpy(&e, shared, sizeof(e));
 		int r = ipc_consume(c, &e, shared, out + got);
+		if (r == WIMM_E_DISCONNECTED) {
+			/* The producer died with this payload in its memory: it
+			 * and what came after it are lost, as on a dead link. */
+			ipc_conn_down(c, WIMM_E_DISCONNECTED, ESRCH);
+			c->cut = 1;
+			break;
+		}
 		if (r < 0) {
 			__atomic_store_n(&shared->status, r, __ATOMIC_RELAXED);
 			q->cons++;
 			notify = 1;
 			wimm_ctx_set_provider_error(c->ctx->core, 0,
 						    "ipc: refused a peer's operation "
-						    "(outside its window, or malformed)");
+						    "(outside its window, malformed, or its "
+						    "payload unreadable)");
 			ipc_conn_down(c, r, 0);
 			/* Nothing of this peer lands any more. */
 			c->cut = 1;

@@ -11,12 +11,23 @@
  *   bits     bit k: connection k of the owner may have something
  *
  * Per connection and direction, the producer's tx memfd (sealed too):
- *   line 0   geometry {magic, entries, data bytes} (read once at set-up)
- *   line 1   watch: the consumer polls this ring (written by the consumer)
+ *   line 0   geometry {magic, entries, data bytes} (read once at set-up),
+ *            and where the producer has this header mapped (self)
+ *   line 1   watch: the consumer polls this ring; direct: the consumer can
+ *            read the producer's memory (both written by the consumer)
  *   line 2   cons: entries consumed, written by the consumer (release)
  *   4096     entries[n], 64 bytes each; an entry is published by its seq
  *            (position + 1, stored last, release): no shared producer index
  *   ...      data area: payloads longer than an entry's inline bytes
+ *
+ * Large payloads (IPC_DIRECT_MIN and up) of a producer whose consumer set
+ * direct stay where they are: the entry carries their address in the
+ * producer's memory (IPC_F_DIRECT) and the consumer copies them from
+ * there into its window with process_vm_readv, after its own checks: one
+ * copy, by the kernel, instead of two (into the data area and out of it).
+ * The consumer offers it only to a peer of its own user id whose memory it
+ * could read at set-up (the probe of `self`), and reads only from the pid
+ * the kernel names for the connection's socket (SO_PEERCRED).
  *
  * A producer tells the consumer with ipc_notify() only when the consumer
  * does not watch the ring (it polls a recently busy connection's next
@@ -28,7 +39,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#define IPC_MAGIC 0x5749504331ull /* "WIPC1" */
+#define IPC_MAGIC 0x5749504332ull /* "WIPC2" */
 #define IPC_LINE 64
 #define IPC_HDR_BYTES 4096
 #define IPC_INLINE 24
@@ -50,6 +61,11 @@ enum ipc_op {
 #define IPC_ATOMIC_RESULT 16
 /* The consumer sets the producer's bit after consuming an entry with it. */
 #define IPC_F_NOTIFY 1u
+/* The payload is in the producer's memory at u.doff (see above). */
+#define IPC_F_DIRECT 2u
+/* Below this a payload is copied through the data area: for small ones
+ * two memcpy cost less than the system call (measured: docs/performance.md). */
+#define IPC_DIRECT_MIN (16u << 10)
 
 struct ipc_entry {
 	uint32_t seq; /* (uint32_t)(position + 1) once published */
@@ -62,7 +78,8 @@ struct ipc_entry {
 	int32_t status; /* written by the consumer: 0 or a WIMM_E_* */
 	uint32_t reserved;
 	union {
-		uint64_t doff; /* len > IPC_INLINE: offset in the data area */
+		uint64_t doff; /* len > IPC_INLINE: offset in the data area;
+				* IPC_F_DIRECT: address in the producer */
 		uint8_t inl[IPC_INLINE];
 	} u;
 };
@@ -72,7 +89,9 @@ struct ipc_ring_hdr {
 	_Alignas(IPC_LINE) uint64_t magic;
 	uint64_t entries; /* a power of two */
 	uint64_t data_bytes;
+	uint64_t self; /* the producer's address of this header */
 	_Alignas(IPC_LINE) uint32_t watch;
+	uint32_t direct;
 	_Alignas(IPC_LINE) uint64_t cons;
 };
 _Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");

@@ -403,6 +403,7 @@ const struct conf_test conf_tests_hostile[] = {
     {"hostile_old_key", t_hostile_old_key, 60},
     {"hostile_overdraft", t_hostile_overdraft, 60},
     {"hostile_ipc_ring", t_hostile_ipc_ring, 60},
+    {"hostile_ipc_direct", t_hostile_ipc_direct, 60},
     {"hostile_ipc_fds", t_hostile_ipc_fds, 60},
     {"ipc_addresses", t_ipc_addresses, 60},
     {NULL, NULL, 0},

@@ -79,6 +79,7 @@ int raw_ipc_write(struct hostile_peer *r, uint64_t addr, uint64_t key, size_t le
 void raw_ipc_progress(struct hostile_peer *r);
 void raw_ipc_close(struct hostile_peer *r);
 void t_hostile_ipc_ring(const char *uri);
+void t_hostile_ipc_direct(const char *uri);
 void t_hostile_ipc_fds(const char *uri);
 void t_ipc_addresses(const char *uri);
 

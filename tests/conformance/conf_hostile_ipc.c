@@ -96,8 +96,11 @@ int raw_ipc_connect(struct hostile_peer *r, const char *addr, struct wimm_ctx *c
 	r->ipc_fd[2] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!r->ring || !r->page || r->ipc_fd[2] < 0)
 		return raw_ipc_fail(r, "memfds");
-	*r->ring = (struct ipc_ring_hdr){
-	    .magic = IPC_MAGIC, .entries = RAW_IPC_ENTRIES, .data_bytes = RAW_IPC_DATA};
+	/* self: the server may offer direct payloads (we are its own process). */
+	*r->ring = (struct ipc_ring_hdr){.magic = IPC_MAGIC,
+					 .entries = RAW_IPC_ENTRIES,
+					 .data_bytes = RAW_IPC_DATA,
+					 .self = (uint64_t)(uintptr_t)r->ring};
 	memset(&mine, 0, sizeof(mine));
 	mine.version = WIMM_HS_VERSION;
 	mine.rx_depth = 64;
@@ -151,22 +154,25 @@ int raw_ipc_connect(struct hostile_peer *r, const char *addr, struct wimm_ctx *c
 
 /* One entry in our ring, whatever it names: the server is the one that
  * checks. Payloads over the inline bytes go to the data area, at doff
- * (UINT64_MAX: a quarter of the area of our choosing). */
-static int raw_ipc_entry(struct hostile_peer *r, enum ipc_op op, uint64_t addr, uint64_t key,
-			 size_t len, uint32_t imm, uint64_t doff)
+ * (UINT64_MAX: a quarter of the area of our choosing); with IPC_F_DIRECT
+ * in flags, doff is the address the server is told to read from. */
+static int raw_ipc_entry_flags(struct hostile_peer *r, enum ipc_op op, uint16_t flags,
+			       uint64_t addr, uint64_t key, size_t len, uint32_t imm, uint64_t doff)
 {
 	if (r->prod - __atomic_load_n(&r->ring->cons, __ATOMIC_ACQUIRE) >= RAW_IPC_ENTRIES ||
 	    len > RAW_IPC_DATA / 4)
 		return -1;
 	struct ipc_entry *e = &ipc_entries(r->ring)[r->prod % RAW_IPC_ENTRIES];
 	*e = (struct ipc_entry){.op = (uint16_t)op,
-				.flags = IPC_F_NOTIFY,
+				.flags = (uint16_t)(IPC_F_NOTIFY | flags),
 				.len = (uint32_t)len,
 				.imm = imm,
 				.raddr = addr,
 				.rkey = key};
 	uint8_t *data = (uint8_t *)(ipc_entries(r->ring) + RAW_IPC_ENTRIES);
-	if (len <= IPC_INLINE) {
+	if (flags & IPC_F_DIRECT) {
+		e->u.doff = doff;
+	} else if (len <= IPC_INLINE) {
 		memcpy(e->u.inl, r->raw.src, len);
 	} else {
 		e->u.doff = doff != UINT64_MAX ? doff : (r->prod % 4) * (RAW_IPC_DATA / 4);
@@ -178,6 +184,12 @@ static int raw_ipc_entry(struct hostile_peer *r, enum ipc_op op, uint64_t addr, 
 	ipc_notify(r->srv_page, &r->ring->watch, r->srv_efd, r->srv_idx);
 	r->raw.posted++;
 	return 0;
+}
+
+static int raw_ipc_entry(struct hostile_peer *r, enum ipc_op op, uint64_t addr, uint64_t key,
+			 size_t len, uint32_t imm, uint64_t doff)
+{
+	return raw_ipc_entry_flags(r, op, 0, addr, key, len, imm, doff);
 }
 
 int raw_ipc_write(struct hostile_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
@@ -245,8 +257,10 @@ static int ipc_open(const char *uri, struct arena *a, struct hostile_peer *r, st
 	return hostile_open(uri, 64, 1, a, r, hc, &kind);
 }
 
-static const char *const ipc_ring_cases[] = {"payload past the data area", "unknown operation",
-					     "consumer index beyond the server's ring"};
+static const char *const ipc_ring_cases[] = {
+    "payload past the data area", "unknown operation", "consumer index beyond the server's ring",
+    "direct payload at an address the peer cannot read", "direct payload of a read"};
+#define IPC_RING_CASES (int)(sizeof(ipc_ring_cases) / sizeof(ipc_ring_cases[0]))
 
 static void ipc_ring_case(const char *uri, int i)
 {
@@ -271,6 +285,14 @@ static void ipc_ring_case(const char *uri, int i)
 		__atomic_store_n(&r.srv_ring->cons, 1u << 20, __ATOMIC_RELEASE);
 		raw_ipc_write(&r, r.raw.srv.window_addr, r.raw.srv.window_key, 8, 1, 2);
 	}
+	/* Offered or not (WIMM_IPC_DIRECT=0), both are refused: page 0 is
+	 * nobody's, and a read has no payload to leave in place. */
+	if (i == 3)
+		raw_ipc_entry_flags(&r, IPC_OP_WRITE_IMM, IPC_F_DIRECT, r.raw.srv.window_addr,
+				    r.raw.srv.window_key, 100, 1, 64);
+	if (i == 4)
+		raw_ipc_entry_flags(&r, IPC_OP_READ, IPC_F_DIRECT, r.raw.srv.window_addr,
+				    r.raw.srv.window_key, 100, 1, (uint64_t)(uintptr_t)r.raw.src);
 	for (int k = 0; k < 30 && !s.down; k++)
 		pump_both(a.p.sctx, &r, &s, 1, 100);
 	CHECKF(s.down, "%s: the raw peer is still connected", what);
@@ -294,8 +316,48 @@ void t_hostile_ipc_ring(const char *uri)
 		conf_skip("the rings are the ipc fabric's");
 		return;
 	}
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < IPC_RING_CASES; i++)
 		ipc_ring_case(uri, i);
+}
+
+/* A direct payload (ipc_wire.h) where the raw peer really has it: the
+ * server offers direct payloads to its own process unless
+ * WIMM_IPC_DIRECT=0, says so in our ring header, and then copies the
+ * payload from our memory; not offered, the same entry is refused. */
+void t_hostile_ipc_direct(const char *uri)
+{
+	const char *env = getenv("WIMM_IPC_DIRECT");
+	int offered = !env || strcmp(env, "0") != 0;
+	struct arena a;
+	struct hostile_peer r = {0};
+	struct wimm_conn *hc = NULL;
+
+	if (ipc_open(uri, &a, &r, &hc))
+		goto out;
+	struct seen s = {.conn = hc};
+	CHECKF((int)__atomic_load_n(&r.ring->direct, __ATOMIC_ACQUIRE) == offered,
+	       "the server %s direct payloads", offered ? "did not offer" : "offered");
+	uint8_t *src = r.raw.src;
+	for (size_t k = 0; k < 100; k++)
+		src[k] = (uint8_t)(k * 7 + 1);
+	raw_ipc_entry_flags(&r, IPC_OP_WRITE_IMM, IPC_F_DIRECT, r.raw.srv.window_addr,
+			    r.raw.srv.window_key, 100, 5, (uint64_t)(uintptr_t)r.raw.src);
+	for (int k = 0; k < 30 && !s.down && !s.doorbells; k++)
+		pump_both(a.p.sctx, &r, &s, 1, 100);
+	const uint8_t *w = a.win->buf;
+	if (offered) {
+		CHECKF(s.doorbells == 1 && !s.down, "direct payload: %d doorbells, down %d",
+		       s.doorbells, s.down);
+		CHECKF(memcmp(w, r.raw.src, 100) == 0, "direct payload: the window differs");
+	} else {
+		CHECKF(s.down && s.down_status == WIMM_E_PROTO,
+		       "a direct payload never offered was not refused");
+		CHECK(s.doorbells == 0 && w[0] == 0xCC);
+	}
+	CHECK(canary_damage(&a) == 0);
+	CHECK(honest_ok(&a));
+out:
+	hostile_close(&hc, &r, &a);
 }
 
 /* A handshake whose fds are not what they claim: an unsealed ring (the
