@@ -108,8 +108,11 @@ _Noreturn void cli_fail(struct wimm_ctx *ctx, int err, const char *fmt, ...)
 	 * context-less failure: why the fabric could not be opened. */
 	const char *text = NULL;
 	int prov_err = wimm_provider_error(ctx, &text);
-	if (prov_err != 0 || (text != NULL && text[0] != '\0'))
+	/* The provider's code only when it gave one: wimm's own reasons have none. */
+	if (prov_err != 0)
 		fprintf(stderr, "; provider: %s (%d)", text != NULL ? text : "", prov_err);
+	else if (text != NULL && text[0] != '\0')
+		fprintf(stderr, "; provider: %s", text);
 	fprintf(stderr, "\nwimm: what to do: %s\n", advice_for(err));
 	end_process();
 }
