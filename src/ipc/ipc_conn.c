@@ -220,7 +220,6 @@ static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
 	q->n = (uint32_t)n;
 	q->mask = q->n - 1;
 	q->data_bytes = d;
-	q->self = __atomic_load_n(&q->hdr->self, __ATOMIC_RELAXED);
 	q->ent = ipc_entries(q->hdr);
 	q->data = (const uint8_t *)(q->ent + n);
 	/* Our count starts where the ring is now: a peer that published
@@ -243,7 +242,9 @@ static void ipc_offer_direct(struct ipc_conn *c)
 	socklen_t len = sizeof(cred);
 	uint64_t magic = 0;
 	struct iovec mine = {.iov_base = &magic, .iov_len = sizeof(magic)};
-	struct iovec theirs = {.iov_base = (void *)(uintptr_t)c->rx.self, .iov_len = sizeof(magic)};
+	/* Read once here: the peer may rewrite it, but it names only its own memory. */
+	uint64_t self = __atomic_load_n(&c->rx.hdr->self, __ATOMIC_RELAXED);
+	struct iovec theirs = {.iov_base = (void *)(uintptr_t)self, .iov_len = sizeof(magic)};
 
 	if (!c->ctx->direct || getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
 	    cred.uid != geteuid() || cred.pid <= 0)
@@ -252,7 +253,6 @@ static void ipc_offer_direct(struct ipc_conn *c)
 	    magic != IPC_MAGIC)
 		return;
 	c->rx.pid = cred.pid;
-	c->rx.direct = 1;
 	__atomic_store_n(&c->rx.hdr->direct, 1, __ATOMIC_RELEASE);
 }
 

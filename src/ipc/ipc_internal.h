@@ -90,10 +90,8 @@ struct ipc_rxq {
 	size_t map_len;
 	uint32_t n, mask;
 	uint64_t data_bytes;
-	uint64_t self; /* where the producer has its header: the probe */
 	uint64_t cons;
-	int direct; /* we offered direct payloads: read them from pid */
-	pid_t pid;
+	pid_t pid; /* > 0: we offered direct payloads, read them from pid */
 };
 
 struct ipc_conn {

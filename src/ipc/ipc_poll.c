@@ -116,7 +116,7 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		return ipc_atomic(c, e, shared);
 	if (e->flags & IPC_F_DIRECT) {
 		/* Only what we offered, and only for what carries a payload. */
-		if (!c->rx.direct || e->op == IPC_OP_READ || e->len <= IPC_INLINE)
+		if (c->rx.pid <= 0 || e->op == IPC_OP_READ || e->len <= IPC_INLINE)
 			return WIMM_E_PROTO;
 	} else if (e->op != IPC_OP_READ && e->len && !(src = ipc_payload(&c->rx, e))) {
 		return WIMM_E_PROTO;
