@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "ipc/ipc_wire.h"
 
 #define DEATH_LIMIT_MS ((int)(1000 * conf_scale()))
 #define WARMUP_EVENTS 200
@@ -75,7 +76,37 @@ static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
 	}
 }
 
-/* --child writer URI ADDR | --child server URI FD */
+/* The "direct" child: on SIGUSR2 an 8-byte doorbell (imm 1), then a
+ * payload of DIRECT_LEN (imm 2), then its own death before the receiver
+ * has looked: a payload that stays in the sender's memory (ipc's direct
+ * payloads) dies with it. */
+#define DIRECT_LEN (2 * IPC_DIRECT_MIN)
+#define DIRECT_AT 4096
+
+static int child_direct(struct wimm_ctx *ctx, const char *addr)
+{
+	static uint8_t src[DIRECT_LEN];
+	struct wimm_conn *c = NULL;
+	struct wimm_mr *mr = NULL;
+	sigset_t go;
+	int sig;
+
+	memset(src, 0x5A, sizeof(src));
+	if (wimm_mr_reg(ctx, src, sizeof(src), WIMM_LOCAL, &mr) ||
+	    wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c))
+		return 4;
+	sigemptyset(&go);
+	sigaddset(&go, SIGUSR2);
+	if (sigwait(&go, &sig))
+		return 5;
+	if (wimm_write_imm(c, mr, 0, 0, 8, 1, 0) ||
+	    wimm_write_imm(c, mr, 0, DIRECT_AT, DIRECT_LEN, 2, 0))
+		return 6;
+	raise(SIGKILL);
+	return 7;
+}
+
+/* --child writer URI ADDR | --child server URI FD | --child direct URI ADDR */
 int conf_child_main(int argc, char **argv)
 {
 	struct wimm_ctx *ctx = NULL;
@@ -90,8 +121,18 @@ int conf_child_main(int argc, char **argv)
 		return conf_requests_child(argc, argv);
 	if (argc != 3)
 		return 2;
+	if (strcmp(argv[0], "direct") == 0) {
+		/* Blocked before anything else, so the parent's go is never
+		 * lost: sigwait takes it. */
+		sigset_t go;
+		sigemptyset(&go);
+		sigaddset(&go, SIGUSR2);
+		sigprocmask(SIG_BLOCK, &go, NULL);
+	}
 	if (wimm_ctx_open(argv[1], NULL, &ctx))
 		return 3;
+	if (strcmp(argv[0], "direct") == 0)
+		return child_direct(ctx, argv[2]);
 	if (strcmp(argv[0], "writer") == 0) {
 		if (wimm_connect(ctx, argv[2], NULL, CONNECT_TIMEOUT_MS, &c))
 			return 4;
@@ -311,6 +352,81 @@ out:
 	close_ctx(&ctx);
 }
 
+/* ipc: a sender dies with a direct payload still in its memory, before the
+ * receiver consumed it. What it posted before lands; the payload cannot be
+ * read any more (process_vm_readv: ESRCH), so it and its doorbell are lost
+ * as on a dead link, the window keeps what it had and the connection goes
+ * down with DISCONNECTED. Where direct payloads are not offered
+ * (WIMM_IPC_DIRECT=0) the payload was copied into the ring and lands. */
+static void t_ipc_direct_sender_dies(const char *uri)
+{
+	static uint8_t win[2 * DIRECT_AT + DIRECT_LEN];
+	const char *env = getenv("WIMM_IPC_DIRECT");
+	int offered = !env || strcmp(env, "0") != 0;
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_listener *l = NULL;
+	struct wimm_conn *s = NULL;
+	struct wimm_mr *mr = NULL;
+	char addr[300];
+	pid_t pid = -1;
+	int got1 = 0, got2 = 0, down = 0;
+
+	if (strcmp(uri, "ipc") != 0) {
+		conf_skip("direct payloads are the ipc fabric's");
+		return;
+	}
+	memset(win, 0xCC, sizeof(win));
+	if (srv_ctx_open(uri, NULL, &ctx))
+		goto out;
+	CHECK_OK(wimm_mr_reg(ctx, win, sizeof(win), WIMM_REMOTE_WRITE, &mr));
+	struct wimm_conn_attr attr = {.window = mr};
+	if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
+		goto out;
+	pid = spawn_child("direct", uri, addr);
+	CHECK(pid > 0);
+	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
+	/* Dead (a zombie: no memory to read) before we poll again. */
+	siginfo_t si;
+	CHECK(kill(pid, SIGUSR2) == 0);
+	CHECK(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0);
+	CHECKF(si.si_code == CLD_KILLED && si.si_status == SIGKILL,
+	       "the child did not post and die (exit code %d)", si.si_status);
+	for (int64_t end = conf_now_ms() + 5000; !down && conf_now_ms() < end;) {
+		struct wimm_event ev;
+		if (next_event(ctx, NULL, &ev, 100) != 1)
+			continue;
+		got1 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 1;
+		got2 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 2;
+		if (ev.type == WIMM_EV_DISCONNECT) {
+			down = 1;
+			conf_diag("DISCONNECT: %s, provider code %d", wimm_err_name(ev.status),
+				  ev.prov_err);
+			CHECKF(ev.status == WIMM_E_DISCONNECTED, "down with %s",
+			       wimm_err_name(ev.status));
+			/* Offered: found gone where its payload was read. */
+			CHECKF(!offered || ev.prov_err == ESRCH,
+			       "down with provider code %d, not ESRCH", ev.prov_err);
+		}
+	}
+	CHECKF(down, "no DISCONNECT within 5 s of the sender's death");
+	CHECKF(got1 == 1, "the doorbell posted before the payload: %d delivered", got1);
+	CHECKF(got2 == !offered, "the direct payload's doorbell: %d delivered, expected %d", got2,
+	       !offered);
+	CHECKF(win[0] == 0x5A && win[8] == 0xCC, "the 8-byte write did not land alone");
+	CHECKF(win[DIRECT_AT] == (offered ? 0xCC : 0x5A) &&
+		   win[DIRECT_AT + DIRECT_LEN - 1] == (offered ? 0xCC : 0x5A),
+	       "the window at the payload holds %#x", win[DIRECT_AT]);
+	CHECKF(win[DIRECT_AT + DIRECT_LEN] == 0xCC, "written past the payload");
+	if (check_dead(s))
+		goto out;
+out:
+	reap(&pid);
+	wimm_conn_delete(&s);
+	wimm_listener_delete(&l);
+	wimm_mr_dereg(&mr);
+	close_ctx(&ctx);
+}
+
 /* Read the child's port from the pipe, waiting at most 10 s. */
 static int read_port(int fd)
 {
@@ -440,5 +556,6 @@ const struct conf_test conf_tests_failure[] = {
     {"dead_server", t_dead_server, 0},
     {"orderly_close_client", t_orderly_close_client, 0},
     {"orderly_close_server", t_orderly_close_server, 0},
+    {"ipc_direct_sender_dies", t_ipc_direct_sender_dies, 0},
     {NULL, NULL, 0},
 };
