@@ -76,9 +76,10 @@ static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
 	}
 }
 
-/* The "direct" child: on SIGUSR2 an 8-byte doorbell (imm 1), then a
- * payload of DIRECT_LEN (imm 2), then its own death before the receiver
- * has looked: a payload that stays in the sender's memory (ipc's direct
+/* The "direct" child: connects, forks a keeper of its fds and names it on
+ * the quiesce pipe; on SIGUSR2 an 8-byte doorbell (imm 1), then a payload
+ * of DIRECT_LEN (imm 2), then its own death before the receiver has
+ * looked: a payload that stays in the sender's memory (ipc's direct
  * payloads) dies with it. */
 #define DIRECT_LEN (2 * IPC_DIRECT_MIN)
 #define DIRECT_AT 4096
@@ -95,6 +96,18 @@ static int child_direct(struct wimm_ctx *ctx, const char *addr)
 	if (wimm_mr_reg(ctx, src, sizeof(src), WIMM_LOCAL, &mr) ||
 	    wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c))
 		return 4;
+	/* A keeper of our fds (the connection's socket among them), so that
+	 * our death shows only where our payload is read. Fork clears the
+	 * parent-death signal and the alarm: its own alarm bounds it. */
+	pid_t keeper = fork();
+	if (keeper == 0) {
+		alarm(30);
+		for (;;)
+			pause();
+	}
+	const char *qfd = getenv("WIMM_CONF_QUIESCE_FD");
+	if (keeper < 0 || !qfd || dprintf(atoi(qfd), "%d\n", (int)keeper) < 0)
+		return 8;
 	sigemptyset(&go);
 	sigaddset(&go, SIGUSR2);
 	if (sigwait(&go, &sig))
@@ -148,7 +161,12 @@ int conf_child_main(int argc, char **argv)
 	} else {
 		return 2;
 	}
-	return child_stream(ctx, c);
+	int rc = child_stream(ctx, c);
+	/* Closed, so that the sanitizer build's exit finds nothing leaked. */
+	wimm_conn_delete(&c);
+	wimm_listener_delete(&l);
+	wimm_ctx_close(&ctx);
+	return rc;
 }
 
 /* Written by a parked child; created before each spawn. */
@@ -352,81 +370,6 @@ out:
 	close_ctx(&ctx);
 }
 
-/* ipc: a sender dies with a direct payload still in its memory, before the
- * receiver consumed it. What it posted before lands; the payload cannot be
- * read any more (process_vm_readv: ESRCH), so it and its doorbell are lost
- * as on a dead link, the window keeps what it had and the connection goes
- * down with DISCONNECTED. Where direct payloads are not offered
- * (WIMM_IPC_DIRECT=0) the payload was copied into the ring and lands. */
-static void t_ipc_direct_sender_dies(const char *uri)
-{
-	static uint8_t win[2 * DIRECT_AT + DIRECT_LEN];
-	const char *env = getenv("WIMM_IPC_DIRECT");
-	int offered = !env || strcmp(env, "0") != 0;
-	struct wimm_ctx *ctx = NULL;
-	struct wimm_listener *l = NULL;
-	struct wimm_conn *s = NULL;
-	struct wimm_mr *mr = NULL;
-	char addr[300];
-	pid_t pid = -1;
-	int got1 = 0, got2 = 0, down = 0;
-
-	if (strcmp(uri, "ipc") != 0) {
-		conf_skip("direct payloads are the ipc fabric's");
-		return;
-	}
-	memset(win, 0xCC, sizeof(win));
-	if (srv_ctx_open(uri, NULL, &ctx))
-		goto out;
-	CHECK_OK(wimm_mr_reg(ctx, win, sizeof(win), WIMM_REMOTE_WRITE, &mr));
-	struct wimm_conn_attr attr = {.window = mr};
-	if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
-		goto out;
-	pid = spawn_child("direct", uri, addr);
-	CHECK(pid > 0);
-	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
-	/* Dead (a zombie: no memory to read) before we poll again. */
-	siginfo_t si;
-	CHECK(kill(pid, SIGUSR2) == 0);
-	CHECK(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0);
-	CHECKF(si.si_code == CLD_KILLED && si.si_status == SIGKILL,
-	       "the child did not post and die (exit code %d)", si.si_status);
-	for (int64_t end = conf_now_ms() + 5000; !down && conf_now_ms() < end;) {
-		struct wimm_event ev;
-		if (next_event(ctx, NULL, &ev, 100) != 1)
-			continue;
-		got1 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 1;
-		got2 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 2;
-		if (ev.type == WIMM_EV_DISCONNECT) {
-			down = 1;
-			conf_diag("DISCONNECT: %s, provider code %d", wimm_err_name(ev.status),
-				  ev.prov_err);
-			CHECKF(ev.status == WIMM_E_DISCONNECTED, "down with %s",
-			       wimm_err_name(ev.status));
-			/* Offered: found gone where its payload was read. */
-			CHECKF(!offered || ev.prov_err == ESRCH,
-			       "down with provider code %d, not ESRCH", ev.prov_err);
-		}
-	}
-	CHECKF(down, "no DISCONNECT within 5 s of the sender's death");
-	CHECKF(got1 == 1, "the doorbell posted before the payload: %d delivered", got1);
-	CHECKF(got2 == !offered, "the direct payload's doorbell: %d delivered, expected %d", got2,
-	       !offered);
-	CHECKF(win[0] == 0x5A && win[8] == 0xCC, "the 8-byte write did not land alone");
-	CHECKF(win[DIRECT_AT] == (offered ? 0xCC : 0x5A) &&
-		   win[DIRECT_AT + DIRECT_LEN - 1] == (offered ? 0xCC : 0x5A),
-	       "the window at the payload holds %#x", win[DIRECT_AT]);
-	CHECKF(win[DIRECT_AT + DIRECT_LEN] == 0xCC, "written past the payload");
-	if (check_dead(s))
-		goto out;
-out:
-	reap(&pid);
-	wimm_conn_delete(&s);
-	wimm_listener_delete(&l);
-	wimm_mr_dereg(&mr);
-	close_ctx(&ctx);
-}
-
 /* Read the child's port from the pipe, waiting at most 10 s. */
 static int read_port(int fd)
 {
@@ -499,6 +442,93 @@ out:
 	if (fds[1] >= 0)
 		close(fds[1]);
 	wimm_conn_delete(&c);
+	close_ctx(&ctx);
+}
+
+/* ipc: a sender dies with a direct payload still in its memory, before the
+ * receiver consumed it. A process it forked keeps the connection's socket
+ * open, so the receiver can learn of the death only where it reads the
+ * payload (process_vm_readv: ESRCH). What the sender posted before lands;
+ * the payload and its doorbell are lost as on a dead link, the window keeps
+ * what it had, and the connection goes down with DISCONNECTED. Where direct
+ * payloads are not offered (WIMM_IPC_DIRECT=0) the payload went through
+ * the ring and lands; the keeper's death then closes the socket. */
+static void t_ipc_direct_sender_dies(const char *uri)
+{
+	static uint8_t win[2 * DIRECT_AT + DIRECT_LEN];
+	const char *env = getenv("WIMM_IPC_DIRECT");
+	int offered = !env || strcmp(env, "0") != 0;
+	struct wimm_ctx *ctx = NULL;
+	struct wimm_listener *l = NULL;
+	struct wimm_conn *s = NULL;
+	struct wimm_mr *mr = NULL;
+	char addr[300];
+	pid_t pid = -1, keeper = -1;
+	int got1 = 0, got2 = 0, down = 0;
+
+	if (strcmp(uri, "ipc") != 0) {
+		conf_skip("direct payloads are the ipc fabric's");
+		return;
+	}
+	memset(win, 0xCC, sizeof(win));
+	if (srv_ctx_open(uri, NULL, &ctx))
+		goto out;
+	CHECK_OK(wimm_mr_reg(ctx, win, sizeof(win), WIMM_REMOTE_WRITE, &mr));
+	struct wimm_conn_attr attr = {.window = mr};
+	if (conf_listen(ctx, &attr, &l, addr, sizeof(addr)))
+		goto out;
+	CHECK(pipe(quiesce_pipe) == 0);
+	pid = spawn_child("direct", uri, addr);
+	CHECK(pid > 0);
+	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
+	keeper = read_port(quiesce_pipe[0]);
+	CHECKF(keeper > 0, "the child did not name the process that keeps its socket");
+	/* Dead (a zombie: no memory to read) before we poll again. */
+	siginfo_t si;
+	CHECK(kill(pid, SIGUSR2) == 0);
+	CHECK(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0);
+	CHECKF(si.si_code == CLD_KILLED && si.si_status == SIGKILL,
+	       "the child did not post and die (exit code %d)", si.si_status);
+	for (int64_t end = conf_now_ms() + 5000; !down && conf_now_ms() < end;) {
+		struct wimm_event ev;
+		if (next_event(ctx, NULL, &ev, 100) != 1)
+			continue;
+		got1 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 1;
+		got2 += ev.type == WIMM_EV_WRITE_IMM && ev.imm == 2;
+		if (got2 && keeper > 0) {
+			kill(keeper, SIGKILL);
+			keeper = -1;
+		}
+		if (ev.type == WIMM_EV_DISCONNECT) {
+			down = 1;
+			conf_diag("DISCONNECT: %s, provider code %d", wimm_err_name(ev.status),
+				  ev.prov_err);
+			CHECKF(ev.status == WIMM_E_DISCONNECTED, "down with %s",
+			       wimm_err_name(ev.status));
+			/* Offered: found gone where its payload was read. */
+			CHECKF(!offered || ev.prov_err == ESRCH,
+			       "down with provider code %d, not ESRCH", ev.prov_err);
+		}
+	}
+	CHECKF(down, "no DISCONNECT within 5 s of the sender's death");
+	CHECKF(got1 == 1, "the doorbell posted before the payload: %d delivered", got1);
+	CHECKF(got2 == !offered, "the direct payload's doorbell: %d delivered, expected %d", got2,
+	       !offered);
+	CHECKF(win[0] == 0x5A && win[8] == 0xCC, "the 8-byte write did not land alone");
+	CHECKF(win[DIRECT_AT] == (offered ? 0xCC : 0x5A) &&
+		   win[DIRECT_AT + DIRECT_LEN - 1] == (offered ? 0xCC : 0x5A),
+	       "the window at the payload holds %#x", win[DIRECT_AT]);
+	CHECKF(win[DIRECT_AT + DIRECT_LEN] == 0xCC, "written past the payload");
+	if (check_dead(s))
+		goto out;
+out:
+	if (keeper > 0)
+		kill(keeper, SIGKILL);
+	reap(&pid);
+	close_quiesce_pipe();
+	wimm_conn_delete(&s);
+	wimm_listener_delete(&l);
+	wimm_mr_dereg(&mr);
 	close_ctx(&ctx);
 }
 

@@ -282,20 +282,25 @@ int child_open(const char *uri, uint32_t liveness_ms, struct wimm_ctx **ctx)
 }
 
 /* Connect, say how long it took, then ring doorbells 0, 1, 2 ... every
- * pace_us (0: as fast as credits allow), handling our events. */
+ * pace_us (0: as fast as credits allow), handling our events. A failure
+ * (the server dropping us among them) closes what we opened before we
+ * return: the sanitizer build checks the child's exit for leaks. */
 static int child_stream(const char *uri, const char *addr, unsigned pace_us, uint32_t liveness)
 {
 	struct wimm_ctx *ctx = NULL;
 	struct wimm_conn *c = NULL;
 	struct wimm_event ev[16];
 	uint32_t seq = 0;
+	int ret = 1;
 
 	if (child_open(uri, liveness, &ctx))
 		return 1;
 	uint64_t t0 = conf_now_us();
 	int rc = wimm_connect(ctx, addr, NULL, CONNECT_TIMEOUT_MS, &c);
-	if (rc)
-		return child_fail(ctx, "wimm_connect", rc);
+	if (rc) {
+		ret = child_fail(ctx, "wimm_connect", rc);
+		goto close_ctx;
+	}
 	child_say("connected %llu", (unsigned long long)(conf_now_us() - t0));
 	for (;;) {
 		if (park_requested) {
@@ -306,17 +311,28 @@ static int child_stream(const char *uri, const char *addr, unsigned pace_us, uin
 		rc = wimm_write_imm(c, NULL, 0, 0, 0, seq, 0);
 		if (rc == 0)
 			seq++;
-		else if (rc != WIMM_E_AGAIN)
-			return child_fail(ctx, "wimm_write_imm", rc);
+		else if (rc != WIMM_E_AGAIN) {
+			ret = child_fail(ctx, "wimm_write_imm", rc);
+			goto delete_conn;
+		}
 		int n = wimm_poll(ctx, ev, 16);
-		if (n < 0)
-			return child_fail(ctx, "wimm_poll", n);
+		if (n < 0) {
+			ret = child_fail(ctx, "wimm_poll", n);
+			goto delete_conn;
+		}
 		for (int i = 0; i < n; i++)
-			if (ev[i].type == WIMM_EV_DISCONNECT)
-				return child_fail(ctx, "stream", ev[i].status);
+			if (ev[i].type == WIMM_EV_DISCONNECT) {
+				ret = child_fail(ctx, "stream", ev[i].status);
+				goto delete_conn;
+			}
 		if (pace_us && rc == 0)
 			conf_sleep_us(pace_us);
 	}
+delete_conn:
+	wimm_conn_delete(&c);
+close_ctx:
+	wimm_ctx_close(&ctx);
+	return ret;
 }
 
 /* --server-child ROLE URI ARGS... */
