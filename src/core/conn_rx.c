@@ -342,6 +342,29 @@ void wimm_conn_forgive(struct wimm_conn *c, int64_t now_ns)
 		c->since_ns = now_ns;
 }
 
+/* Signs of life seen since the last tick: 1 when the peer wrote into our
+ * control words (the caller's `since` moves), 0 when nothing changed. */
+static int saw_life(struct wimm_conn *c, int64_t now_ns)
+{
+	uint64_t credit = __atomic_load_n(&c->ctl_in[CTL_CREDIT], __ATOMIC_ACQUIRE);
+	uint64_t hb = __atomic_load_n(&c->ctl_in[CTL_HEARTBEAT], __ATOMIC_ACQUIRE);
+	if (credit == c->seen_credit && hb == c->seen_hb)
+		return 0;
+	c->st.heartbeats_in += hb - c->seen_hb;
+	c->seen_credit = credit;
+	c->seen_hb = hb;
+	c->since_ns = now_ns;
+	return 1;
+}
+
+int wimm_conn_looks_silent(struct wimm_conn *c, int64_t now_ns)
+{
+	int64_t bound = liveness_ns(c);
+	if (c->state != CONN_UP || !bound || saw_life(c, now_ns))
+		return 0;
+	return now_ns - c->since_ns > bound;
+}
+
 void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 {
 	if (c->state == CONN_DOWN)
@@ -353,14 +376,7 @@ void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 	}
 	/* Anything the peer wrote into our control words is a sign of life,
 	 * as is every doorbell (wimm_conn_on_cqe). */
-	uint64_t credit = __atomic_load_n(&c->ctl_in[CTL_CREDIT], __ATOMIC_ACQUIRE);
-	uint64_t hb = __atomic_load_n(&c->ctl_in[CTL_HEARTBEAT], __ATOMIC_ACQUIRE);
-	if (credit != c->seen_credit || hb != c->seen_hb) {
-		c->st.heartbeats_in += hb - c->seen_hb;
-		c->seen_credit = credit;
-		c->seen_hb = hb;
-		c->since_ns = now_ns;
-	}
+	saw_life(c, now_ns);
 	int64_t bound = liveness_ns(c);
 	if (bound && now_ns - c->since_ns > bound) {
 		conn_drop(c, WIMM_E_TIMEDOUT, "nothing heard from the peer within liveness_ms");

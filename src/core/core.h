@@ -64,6 +64,10 @@ int wimm_conn_on_cqe(struct wimm_conn *c, const struct wimm_cqe *q, struct wimm_
 		     int64_t now_ns);
 /* Heartbeats and the silence check; called every liveness_ms / 8. */
 void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns);
+/* 1 when c is up and nothing has been heard from its peer within its
+ * liveness bound, as far as our control words show now (what the peer
+ * wrote there meanwhile is taken note of, as wimm_conn_tick does). */
+int wimm_conn_looks_silent(struct wimm_conn *c, int64_t now_ns);
 /* The heartbeat alone, when due (wimm_ctx_keepalive). */
 void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns);
 /* We were not looking (a blocking connect): the silence starts now. */

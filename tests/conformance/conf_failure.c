@@ -581,11 +581,80 @@ static void t_orderly_close_server(const char *uri)
 	close_one_side(uri, 1);
 }
 
+/* One phase of the stalled-receiver test, ms long: the client polls and
+ * rings a doorbell every ring_ms; the server polls too unless stalled.
+ * Counts the server's doorbells in *got; *down: the status of a DISCONNECT
+ * of the server's side (0: none). */
+static int stall_phase(struct pair *p, int ms, int ring_ms, int stalled, int *got, int *down)
+{
+	struct wimm_event ev[8];
+	int64_t next_ring = conf_now_ms();
+
+	for (int64_t end = conf_now_ms() + ms; conf_now_ms() < end;) {
+		if (conf_now_ms() >= next_ring) {
+			int rc = wimm_write_imm(p->c, NULL, 0, 0, 0, 77, 0);
+			if (rc && rc != WIMM_E_AGAIN)
+				return rc;
+			next_ring += ring_ms;
+		}
+		if (wimm_poll(p->cctx, ev, 8) < 0)
+			return -1;
+		int n = stalled ? 0 : wimm_poll(p->sctx, ev, 8);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++) {
+			*got += ev[i].type == WIMM_EV_WRITE_IMM && ev[i].conn == p->s;
+			if (ev[i].type == WIMM_EV_DISCONNECT && ev[i].conn == p->s)
+				*down = ev[i].status ? ev[i].status : WIMM_E_DISCONNECTED;
+		}
+		conf_sleep_us(1000);
+	}
+	return 0;
+}
+
+/* A receiver that stops polling for four times its liveness bound while
+ * its peer goes on ringing doorbells, each a sign of life: when it polls
+ * again those signs are read before anyone is found silent (on ipc and
+ * libfabric they wait in the rings or the provider until the receiver
+ * drives them), so the connection stays up and every doorbell arrives.
+ * (Doorbells, not heartbeats: a context ticks at an eighth of its own
+ * bound, and the client's, kept long so that it never gives up on the
+ * stalled server, would send them too rarely for the server's.) */
+static void t_stalled_receiver(const char *uri)
+{
+	struct pair p;
+	int bound = (int)(300 * conf_scale()), ring = bound / 4;
+	struct wimm_ctx_attr sattr = {.liveness_ms = (uint32_t)bound};
+	struct wimm_ctx_attr cattr = {.liveness_ms = 600000};
+	int got = 0, down = 0;
+
+	if (pair_open_attr(&p, uri, &sattr, &cattr) || pair_connect(&p, NULL, NULL))
+		goto out;
+	CHECK_OK(stall_phase(&p, bound, ring, 0, &got, &down));
+	int before = got;
+	CHECK_OK(stall_phase(&p, 4 * bound, ring, 1, &got, &down));
+	CHECK_OK(stall_phase(&p, 2 * bound, ring, 0, &got, &down));
+	struct wimm_conn_stats cs;
+	CHECK_OK(wimm_conn_stats(p.c, &cs));
+	conf_diag("server stalled %d ms (bound %d): %d doorbells before, %d in all of %llu rung",
+		  4 * bound, bound, before, got, (unsigned long long)cs.doorbells_out);
+	CHECKF(!down, "the server dropped its live peer after its own stall: %s",
+	       wimm_err_name(down));
+	CHECKF((uint64_t)got == cs.doorbells_out, "%d of %llu doorbells arrived", got,
+	       (unsigned long long)cs.doorbells_out);
+	struct wimm_conn_info ci;
+	CHECK_OK(wimm_conn_info(p.s, &ci));
+	CHECK(ci.connected);
+out:
+	pair_close(&p);
+}
+
 const struct conf_test conf_tests_failure[] = {
     {"dead_client", t_dead_client, 0},
     {"dead_server", t_dead_server, 0},
     {"orderly_close_client", t_orderly_close_client, 0},
     {"orderly_close_server", t_orderly_close_server, 0},
     {"ipc_direct_sender_dies", t_ipc_direct_sender_dies, 0},
+    {"stalled_receiver", t_stalled_receiver, 0},
     {NULL, NULL, 0},
 };
