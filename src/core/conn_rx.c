@@ -359,8 +359,12 @@ static int saw_life(struct wimm_conn *c, int64_t now_ns)
 
 int wimm_conn_looks_silent(struct wimm_conn *c, int64_t now_ns)
 {
+	if (c->state != CONN_UP)
+		return 0;
+	/* Anything the peer wrote into our control words is a sign of life,
+	 * as is every doorbell (wimm_conn_on_cqe). */
 	int64_t bound = liveness_ns(c);
-	if (c->state != CONN_UP || !bound || saw_life(c, now_ns))
+	if (saw_life(c, now_ns) || !bound)
 		return 0;
 	return now_ns - c->since_ns > bound;
 }
@@ -374,11 +378,7 @@ void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns)
 			conn_drop(c, WIMM_E_TIMEDOUT, "the connection's set-up did not complete");
 		return;
 	}
-	/* Anything the peer wrote into our control words is a sign of life,
-	 * as is every doorbell (wimm_conn_on_cqe). */
-	saw_life(c, now_ns);
-	int64_t bound = liveness_ns(c);
-	if (bound && now_ns - c->since_ns > bound) {
+	if (wimm_conn_looks_silent(c, now_ns)) {
 		conn_drop(c, WIMM_E_TIMEDOUT, "nothing heard from the peer within liveness_ms");
 		return;
 	}

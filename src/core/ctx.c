@@ -574,7 +574,7 @@ static void liveness_tick(struct wimm_ctx *ctx, int64_t now)
 	ctx->next_tick_ns = now + ctx->tick_ns;
 	for (int i = 0; i < SILENCE_PASSES && any_silent(ctx, now); i++) {
 		size_t before = ctx->bl_count;
-		if (backend_pass(ctx, NULL, 0) < 0 || ctx->bl_count == before)
+		if (wimm_ctx_progress_into_backlog(ctx) || ctx->bl_count == before)
 			break;
 	}
 	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))

@@ -84,12 +84,11 @@ static int child_stream(struct wimm_ctx *ctx, struct wimm_conn *c)
 #define DIRECT_LEN (2 * IPC_DIRECT_MIN)
 #define DIRECT_AT 4096
 
-static int child_direct(struct wimm_ctx *ctx, const char *addr)
+static int child_direct(struct wimm_ctx *ctx, const char *addr, const sigset_t *go)
 {
 	static uint8_t src[DIRECT_LEN];
 	struct wimm_conn *c = NULL;
 	struct wimm_mr *mr = NULL;
-	sigset_t go;
 	int sig;
 
 	memset(src, 0x5A, sizeof(src));
@@ -108,9 +107,7 @@ static int child_direct(struct wimm_ctx *ctx, const char *addr)
 	const char *qfd = getenv("WIMM_CONF_QUIESCE_FD");
 	if (keeper < 0 || !qfd || dprintf(atoi(qfd), "%d\n", (int)keeper) < 0)
 		return 8;
-	sigemptyset(&go);
-	sigaddset(&go, SIGUSR2);
-	if (sigwait(&go, &sig))
+	if (sigwait(go, &sig))
 		return 5;
 	if (wimm_write_imm(c, mr, 0, 0, 8, 1, 0) ||
 	    wimm_write_imm(c, mr, 0, DIRECT_AT, DIRECT_LEN, 2, 0))
@@ -134,18 +131,17 @@ int conf_child_main(int argc, char **argv)
 		return conf_requests_child(argc, argv);
 	if (argc != 3)
 		return 2;
-	if (strcmp(argv[0], "direct") == 0) {
-		/* Blocked before anything else, so the parent's go is never
-		 * lost: sigwait takes it. */
-		sigset_t go;
-		sigemptyset(&go);
-		sigaddset(&go, SIGUSR2);
+	/* The direct child's go (SIGUSR2), blocked before anything else so
+	 * that it is never lost: sigwait takes it. */
+	sigset_t go;
+	sigemptyset(&go);
+	sigaddset(&go, SIGUSR2);
+	if (strcmp(argv[0], "direct") == 0)
 		sigprocmask(SIG_BLOCK, &go, NULL);
-	}
 	if (wimm_ctx_open(argv[1], NULL, &ctx))
 		return 3;
 	if (strcmp(argv[0], "direct") == 0)
-		return child_direct(ctx, argv[2]);
+		return child_direct(ctx, argv[2], &go);
 	if (strcmp(argv[0], "writer") == 0) {
 		if (wimm_connect(ctx, argv[2], NULL, CONNECT_TIMEOUT_MS, &c))
 			return 4;
@@ -370,8 +366,9 @@ out:
 	close_ctx(&ctx);
 }
 
-/* Read the child's port from the pipe, waiting at most 10 s. */
-static int read_port(int fd)
+/* Read a number line from the child (a port, a pid) off the pipe, waiting
+ * at most 10 s; -1 without one. */
+static int read_number(int fd)
 {
 	char buf[32];
 	size_t len = 0;
@@ -414,7 +411,7 @@ static void t_dead_server(const char *uri)
 	CHECK(pid > 0);
 	close(fds[1]);
 	fds[1] = -1;
-	int port = read_port(fds[0]);
+	int port = read_number(fds[0]);
 
 	CHECKF(port > 0, "the server child reported no port");
 	snprintf(addr, sizeof(addr), strchr(conf_host(), ':') ? "[%s]:%d" : "%s:%d", conf_host(),
@@ -481,7 +478,7 @@ static void t_ipc_direct_sender_dies(const char *uri)
 	pid = spawn_child("direct", uri, addr);
 	CHECK(pid > 0);
 	CHECK_OK(wimm_accept(l, CONNECT_TIMEOUT_MS, &s));
-	keeper = read_port(quiesce_pipe[0]);
+	keeper = read_number(quiesce_pipe[0]);
 	CHECKF(keeper > 0, "the child did not name the process that keeps its socket");
 	/* Dead (a zombie: no memory to read) before we poll again. */
 	siginfo_t si;
