@@ -174,6 +174,9 @@ struct wimm_fabric_limits {
 	/* Largest wimm_conn_attr.private_len a connector can send here
 	 * (verbs: what is left of the 56-byte rdma_cm REQ). */
 	uint32_t private_max;
+	/* 8 when wimm_fetch_add / wimm_cmp_swap work on this fabric (64-bit
+	 * words), 0 when they fail with WIMM_E_NOTSUP (libfabric tcp). */
+	uint32_t atomic_bytes;
 };
 int wimm_ctx_limits(const struct wimm_ctx *ctx, struct wimm_fabric_limits *out);
 

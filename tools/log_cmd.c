@@ -18,11 +18,11 @@ static void log_usage(FILE *f)
 {
 	fputs("usage: wimm log serve --dir DIR [-f FABRIC] [--port P] [--host H]\n"
 	      "                      [--ring BYTES] [--max-conns N] [--segment BYTES]\n"
-	      "                      [--retain ENTRIES]\n"
+	      "                      [--retain ENTRIES] [--shared-ring BYTES [--hole-ms MS]]\n"
 	      "       wimm log append HOST[:PORT][,HOST...] [-f FABRIC] [--port P] [--id ID]\n"
 	      "                      [--first-seq N] [--gen N --size S|MIN-MAX] [--visible]\n"
 	      "                      [--reconnect] [--progress K] [--inband-hello]\n"
-	      "                      [--ack-quorum Q] [--recover] [--timeout MS]\n"
+	      "                      [--ack-quorum Q] [--recover] [--timeout MS] [--shared]\n"
 	      "                      (stdin lines without --gen)\n"
 	      "       wimm log recover HOST,HOST... --id ID [--ack-quorum Q] [-f FABRIC]\n"
 	      "                      [--timeout MS]\n"
@@ -33,14 +33,19 @@ static void log_usage(FILE *f)
 	      "       wimm log bench [-f FABRIC] [-n ITERS] [--rounds R] [--spin]\n"
 	      "\n"
 	      "serve   the log server: segment files in DIR, a ring per writer; SIGTERM stops it\n"
-	      "        (prints 'listening port=P' when ready); default port 7480\n"
+	      "        (prints 'listening port=P' when ready); default port 7480.\n"
+	      "        --shared-ring: also one ring all its writers share, places reserved\n"
+	      "        by fetch-and-add (asked of the server on fabrics without atomics), on\n"
+	      "        port P+1 (the line says shared=PORT); a place not written within\n"
+	      "        --hole-ms (default 1000) while later ones are is skipped\n"
 	      "append  one entry per stdin line, or N generated entries of S bytes (or a\n"
 	      "        random size in MIN-MAX); waits until every entry is durable (--visible:\n"
 	      "        visible); --reconnect resumes after a server restart; --progress K\n"
 	      "        prints 'durable SEQ' every K entries; --inband-hello says hello with\n"
 	      "        the first doorbell, as on verbs (no private data); --timeout MS: how\n"
 	      "        long to wait for the server (connect, ring space, acknowledgements)\n"
-	      "        before failing, default 15000 (the last wait at least 30000)\n"
+	      "        before failing, default 15000 (the last wait at least 30000);\n"
+	      "        --shared: append into the shared ring, HOST:PORT its port (default 7481)\n"
 	      "        Several HOSTs (comma-separated or repeated): a replicated ledger, each\n"
 	      "        entry committed once --ack-quorum servers (default a majority) hold it\n"
 	      "        durable; --recover fences the ledger first (an older writer is refused)\n"
@@ -169,8 +174,11 @@ static int cmd_serve(const char *fabric, int port, const char *host, struct wimm
 		cli_fail(ctx, rc, "log serve: listen on %s", addr);
 	struct wimm_log_stat st;
 	wimm_log_server_stat(s, &st);
-	printf("listening port=%d fabric=%s dir=%s entries=%llu ring=%u\n", wimm_log_server_port(s),
+	printf("listening port=%d fabric=%s dir=%s entries=%llu ring=%u", wimm_log_server_port(s),
 	       wimm_ctx_fabric(ctx), a->dir, (unsigned long long)st.entries, st.ring_size);
+	if (a->shared_ring)
+		printf(" shared=%d shared_ring=%u", wimm_log_server_shared_port(s), a->shared_ring);
+	printf("\n");
 	fflush(stdout);
 	while (!stop_flag) {
 		log_cmd_crash_point();
@@ -293,7 +301,8 @@ static int cmd_append(const char *fabric, const char *addr, struct append_opts *
 	struct wimm_log_writer_attr a = {.id = o->id,
 					 .first_seq = o->first_seq,
 					 .timeout_ms = o->timeout_ms,
-					 .flags = o->inband ? WIMM_LOG_WRITER_INBAND_HELLO : 0,
+					 .flags = (o->inband ? WIMM_LOG_WRITER_INBAND_HELLO : 0) |
+						  (o->shared ? WIMM_LOG_WRITER_SHARED : 0),
 					 .log = log_cmd_say,
 					 .log_arg = "append"};
 	int rc = wimm_log_writer_open(ctx, addr, &a, &w);
@@ -430,14 +439,16 @@ static int cmd_stat(const char *fabric, const char *addr)
 		cli_fail(ctx, rc, "log stat: %s", addr);
 	printf("entries %llu\nbytes %llu\ndurable %llu\nrecovered %llu\ntorn_bytes %llu\n"
 	       "segments %llu\nfsyncs %llu\nduplicates %llu\nwriters %llu\nreaders %llu\n"
-	       "writers_known %llu\nrefused %llu\nring_size %u\nmax_conns %u\nfirst %llu\n",
+	       "writers_known %llu\nrefused %llu\nring_size %u\nmax_conns %u\nfirst %llu\n"
+	       "shared_ring %u\nholes %llu\nlate %u\n",
 	       (unsigned long long)s.entries, (unsigned long long)s.bytes,
 	       (unsigned long long)s.durable, (unsigned long long)s.recovered,
 	       (unsigned long long)s.torn_bytes, (unsigned long long)s.segments,
 	       (unsigned long long)s.fsyncs, (unsigned long long)s.duplicates,
 	       (unsigned long long)s.writers, (unsigned long long)s.readers,
 	       (unsigned long long)s.writers_known, (unsigned long long)s.refused, s.ring_size,
-	       s.max_conns, (unsigned long long)s.first);
+	       s.max_conns, (unsigned long long)s.first, s.shared_ring, (unsigned long long)s.holes,
+	       s.late);
 	wimm_log_reader_close(&r);
 	wimm_ctx_close(&ctx);
 	return 0;
@@ -485,7 +496,10 @@ int log_main(int argc, char **argv)
 		O_LEDGER,
 		O_BEFORE,
 		O_RETAIN,
-		O_TIMEOUT
+		O_TIMEOUT,
+		O_SHARED_RING,
+		O_HOLE_MS,
+		O_SHARED
 	};
 	static const struct option opts[] = {{"dir", 1, NULL, O_DIR},
 					     {"port", 1, NULL, O_PORT},
@@ -510,6 +524,9 @@ int log_main(int argc, char **argv)
 					     {"before", 1, NULL, O_BEFORE},
 					     {"retain", 1, NULL, O_RETAIN},
 					     {"timeout", 1, NULL, O_TIMEOUT},
+					     {"shared-ring", 1, NULL, O_SHARED_RING},
+					     {"hole-ms", 1, NULL, O_HOLE_MS},
+					     {"shared", 0, NULL, O_SHARED},
 					     {NULL, 0, NULL, 0}};
 	if (argc < 2) {
 		log_usage(stderr);
@@ -609,6 +626,25 @@ int log_main(int argc, char **argv)
 		case O_RETAIN:
 			sa.retain = parse_num(optarg, "--retain");
 			break;
+		case O_SHARED_RING: {
+			unsigned long long v = parse_num(optarg, "--shared-ring");
+			if (v < 4096 || v > (64u << 20) || v % 16)
+				log_bad("--shared-ring must be 4096..64M, a multiple of 16%s", "");
+			sa.shared_ring = (uint32_t)v;
+			break;
+		}
+		case O_HOLE_MS: {
+			unsigned long long v = parse_num(optarg, "--hole-ms");
+			if (v < 1 || v > 600000)
+				log_bad("--hole-ms must be 1..600000%s", "");
+			sa.hole_ms = (uint32_t)v;
+			break;
+		}
+		case O_SHARED:
+			ao.shared = 1;
+			if (port == LOG_CMD_DEFAULT_PORT)
+				port = LOG_CMD_DEFAULT_PORT + 1;
+			break;
 		case O_TIMEOUT: {
 			unsigned long long ms = parse_num(optarg, "--timeout");
 			if (ms < 1 || ms > 3600000)
@@ -653,6 +689,8 @@ int log_main(int argc, char **argv)
 			log_bad("recover needs --id ID%s", "");
 		return log_cmd_recover(fabric, &hs, &ao);
 	}
+	if (ao.shared && (strcmp(sub, "append") || hs.n > 1 || ao.ack_quorum || ao.recover))
+		log_bad("--shared is for append to one server%s", "");
 	if (!strcmp(sub, "append"))
 		return hs.n > 1 || ao.ack_quorum || ao.recover
 			   ? log_cmd_ledger_append(fabric, &hs, &ao)

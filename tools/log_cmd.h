@@ -23,7 +23,7 @@ int log_bench_main(int argc, char **argv);
 struct append_opts {
 	uint64_t id, first_seq, gen;
 	size_t min, max;
-	int visible, reconnect, inband, recover;
+	int visible, reconnect, inband, recover, shared;
 	unsigned ack_quorum;
 	uint64_t progress;
 	int timeout_ms; /* --timeout */

@@ -76,6 +76,28 @@ extern "C" {
  * crc (0 to start). Software table implementation. Thread-safe. */
 uint32_t wimm_log_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* Shared ring: one ring in the server's memory that many writers append
+ * to, each entry's place reserved by a fetch-and-add on the ring's tail
+ * word (as KafkaDirect's producers reserve a broker's log): the order of
+ * the log is the order in which the fabric's atomics handed out the places,
+ * decided without the server's CPU, and the server takes entries in that
+ * order as their write-with-imm completions arrive. On a fabric without
+ * atomics (ofi:tcp) a writer asks the server for its place instead (a
+ * doorbell, answered by a doorbell): the same ring, the same order rule,
+ * one more message. A writer learns how far it may write from a limit
+ * word it reads, so no reservation overwrites an entry not yet taken.
+ *
+ * A reservation that is never written (its writer died between reserving
+ * and writing) stops the head; once later entries have landed and hole_ms
+ * passed, the server skips it (stat `holes`). A late write into a skipped
+ * place, or an entry out of its writer's sequence, is refused: its writer
+ * gets WIMM_E_DISCONNECTED and wimm_log_writer_reconnect sends again what
+ * is not durable. Entries are checked as in a private ring (CRC32C over
+ * header and payload, the writer's sequence); what a shared ring gives up
+ * is isolation: every writer's window is the whole ring, so a writer that
+ * lies can spoil others' entries before they are taken (they are then
+ * refused and sent again). Admit only writers you trust to it. */
+
 /* ------------------------------------------------------------------ server */
 
 struct wimm_log_server;
@@ -106,6 +128,14 @@ struct wimm_log_server_attr {
 	 * segment files wholly before them (checked every turn); 0 keeps
 	 * everything. */
 	uint64_t retain;
+	/* Bytes of the shared ring (see "Shared ring" below), 4096..64 MiB, a
+	 * multiple of 16; 0: none. Its writers connect to a second listener
+	 * on the listen port + 1 (any free port for port 0). */
+	uint32_t shared_ring;
+	/* How long the shared ring's head waits at a reservation that is not
+	 * written while later entries are (a writer died or stalls between
+	 * reserving and writing) before it skips it; 0 = 1000 ms. */
+	uint32_t hole_ms;
 };
 
 /* Open the log in attr->dir (recovering what a previous server left),
@@ -122,6 +152,9 @@ int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 
 /* The port the server listens on (useful after ":0"), or WIMM_E_INVAL. */
 int wimm_log_server_port(const struct wimm_log_server *s);
+/* The port of the shared ring's listener; WIMM_E_INVAL when the server has
+ * no shared ring. */
+int wimm_log_server_shared_port(const struct wimm_log_server *s);
 
 /* One turn of the server's loop: wait up to timeout_ms (-1 forever, 0 poll)
  * for events, accept connections, take the entries that arrived, write them
@@ -149,6 +182,9 @@ struct wimm_log_stat {
 	uint32_t ring_size;	/* bytes of each writer's ring */
 	uint32_t max_conns;	/* connections served at once */
 	uint64_t first;		/* the first position kept (truncation) */
+	uint64_t holes;		/* shared ring: reservations skipped unwritten */
+	uint32_t shared_ring;	/* bytes of the shared ring; 0: none */
+	uint32_t late;		/* shared ring: entries refused (late or out of order) */
 };
 /* Fill *out. Errors: INVAL. Same thread as wimm_log_server_run. */
 int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out);
@@ -170,6 +206,9 @@ enum wimm_log_writer_flags {
 	 * private data, as on fabrics without private data (verbs): for
 	 * tests of that path. */
 	WIMM_LOG_WRITER_INBAND_HELLO = 1u << 1,
+	/* Append into the server's shared ring (addr is its shared port):
+	 * each entry's place is reserved first, see "Shared ring". */
+	WIMM_LOG_WRITER_SHARED = 1u << 2,
 };
 
 struct wimm_log_writer_attr {

@@ -49,6 +49,7 @@ class FabricLimits(Structure):
         ("imm_bytes", c_uint32),
         ("max_depth", c_uint32),
         ("private_max", c_uint32),
+        ("atomic_bytes", c_uint32),
     ]
 
 

@@ -144,6 +144,7 @@ static int ipc_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 	out->imm_bytes = 4;
 	out->max_depth = IPC_MAX_DEPTH;
 	out->private_max = WIMM_HS_MAX_LEN;
+	out->atomic_bytes = 8; /* run by the target's poll, one at a time */
 	return 0;
 }
 

@@ -389,6 +389,7 @@ static int ofi_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 				   x->msg ? x->info->rx_attr->size : x->info->rx_attr->size / 4);
 	/* MSG: the provider's CM data; RDM: wimm's own frames. */
 	out->private_max = x->msg ? OFI_MSG_CM_DATA : WIMM_HS_MAX_LEN;
+	out->atomic_bytes = x->atomics ? 8 : 0;
 	return 0;
 }
 

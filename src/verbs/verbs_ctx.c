@@ -584,6 +584,7 @@ static int verbs_ctx_limits(void *bctx, struct wimm_fabric_limits *out)
 	out->imm_bytes = 4;
 	out->max_depth = depth > 0 ? (uint32_t)depth : 0;
 	out->private_max = 56; /* rdma_cm REQ private data on IB/RoCE */
+	out->atomic_bytes = vc->dattr.atomic_cap == IBV_ATOMIC_NONE ? 0 : 8;
 	return 0;
 }
 

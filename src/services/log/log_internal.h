@@ -32,11 +32,22 @@ enum log_kind {
 	LOG_K_STAT = 6,	   /* reader: struct wimm_log_stat encoded in window[0..) */
 	LOG_K_LEDGER = 7,  /* reader: struct log_ledger_reply in window[0..) */
 	LOG_K_DONE = 8,	   /* reader: a truncation done, val: 0 */
+	/* The shared ring, both directions in this layout. */
+	LOG_K_GRANT = 9,    /* server: val: the granted place / 16, low 28 bits */
+	LOG_K_ENTRY = 10,   /* writer: an entry landed at val (place / 16, low 28 bits) */
+	LOG_K_RESERVE = 11, /* writer: grant me val * 16 bytes (fabrics without atomics) */
+	LOG_K_HELLO = 12,   /* writer: a send_imm carrying the hello */
+	LOG_K_WAIT = 13,    /* writer: I hold place val * 16 (low 28 bits) and wait for room */
 };
 
 #define LOG_MAGIC 0x474f4c57u /* "WLOG" */
 #define LOG_VERSION 1u
-enum log_role { LOG_ROLE_NONE = 0, LOG_ROLE_WRITER = 1, LOG_ROLE_READER = 2 };
+enum log_role {
+	LOG_ROLE_NONE = 0,
+	LOG_ROLE_WRITER = 1,
+	LOG_ROLE_READER = 2,
+	LOG_ROLE_SHARED = 3, /* a writer of the shared ring */
+};
 
 /* The hello: in the connect's private data, or in-band (LOG_F_HELLO). */
 #define LOG_HELLO_LEN 32
@@ -58,7 +69,15 @@ struct log_resume {
 	uint32_t ring_size;
 	uint32_t version;
 	uint32_t epoch; /* the writer id's fencing epoch on the server */
+	uint32_t flags; /* LOG_RESUME_* (shared ring) */
+	uint64_t base;	/* shared ring, by request: no grant is below this place */
 };
+/* The shared ring's places are granted by the server, not reserved by
+ * fetch-and-add (the fabric has no atomics). */
+#define LOG_RESUME_BY_REQUEST 1u
+/* The tail word, which only the fabric's atomics change, is in the server's
+ * byte order: this flag says it is big-endian. */
+#define LOG_RESUME_TAIL_BE 2u
 
 enum log_err_code {
 	LOG_ERR_GAP = 1,       /* a: the log's last seq, b: the seq sent */
@@ -70,6 +89,7 @@ enum log_err_code {
 	LOG_ERR_STORE = 7,     /* the server cannot write its segment file */
 	LOG_ERR_FENCED = 8,    /* a: the id's fencing epoch, b: the writer's epoch */
 	LOG_ERR_TRUNCATED = 9, /* reader: a: the first position kept, b: the one asked */
+	LOG_ERR_SKIPPED = 10,  /* shared: an entry at a place skipped, or out of sequence */
 };
 struct log_error {
 	uint32_t code;
@@ -116,6 +136,26 @@ struct log_rec {
 };
 
 #define LOG_STAT_LEN 128
+
+/* The shared ring's window: control words, then the ring. The tail word
+ * (the next place to reserve, by fetch-and-add) and the limit word (places
+ * below it may be written) are 64-bit little-endian. A place is a logical
+ * byte offset that only grows; it sits at ring offset place % ring. */
+#define LOG_SHARED_TAIL 0
+#define LOG_SHARED_LIMIT 8
+#define LOG_SHARED_CTL 64
+/* An entry: a 16-byte header {len:32, flags:32, seq:64}, the payload, the
+ * CRC32C of header and payload, padded to 16 bytes. PAD covers a
+ * reservation that would cross the ring's end: len is its extent and
+ * nothing follows the header. */
+#define LOG_SH_HDR 16u
+#define LOG_SH_MAGIC 0x57480000u /* "WH" in the flags' upper half */
+#define LOG_SH_PAD 1u
+#define LOG_SH_MASK 0xfffffffu
+static inline uint32_t log_sh_extent(uint32_t len)
+{
+	return (LOG_SH_HDR + len + 4u + 15u) & ~15u;
+}
 
 void log_put32(unsigned char *p, uint32_t v);
 void log_put64(unsigned char *p, uint64_t v);

@@ -84,6 +84,8 @@ void log_resume_encode(unsigned char *p, const struct log_resume *r)
 	log_put32(p + 8, r->ring_size);
 	log_put32(p + 12, r->version);
 	log_put32(p + 16, r->epoch);
+	log_put32(p + 20, r->flags);
+	log_put64(p + 24, r->base);
 }
 
 void log_resume_decode(const unsigned char *p, struct log_resume *r)
@@ -92,6 +94,8 @@ void log_resume_decode(const unsigned char *p, struct log_resume *r)
 	r->ring_size = log_get32(p + 8);
 	r->version = log_get32(p + 12);
 	r->epoch = log_get32(p + 16);
+	r->flags = log_get32(p + 20);
+	r->base = log_get64(p + 24);
 }
 
 void log_error_encode(unsigned char *p, const struct log_error *e)
@@ -175,7 +179,9 @@ void log_stat_encode(unsigned char *p, const struct wimm_log_stat *s)
 		log_put64(p + 8 * i, v[i]);
 	log_put32(p + 104, s->ring_size);
 	log_put32(p + 108, s->max_conns);
-	memset(p + 112, 0, LOG_STAT_LEN - 112);
+	log_put64(p + 112, s->holes);
+	log_put32(p + 120, s->shared_ring);
+	log_put32(p + 124, s->late);
 }
 
 void log_stat_decode(const unsigned char *p, struct wimm_log_stat *s)
@@ -188,6 +194,9 @@ void log_stat_decode(const unsigned char *p, struct wimm_log_stat *s)
 		*v[i] = log_get64(p + 8 * i);
 	s->ring_size = log_get32(p + 104);
 	s->max_conns = log_get32(p + 108);
+	s->holes = log_get64(p + 112);
+	s->shared_ring = log_get32(p + 120);
+	s->late = log_get32(p + 124);
 }
 
 /* What each refusal says; %llu are a then b (TRUNCATED: b then a). */
@@ -206,6 +215,8 @@ static const struct {
     {LOG_ERR_FENCED, "fenced: a newer writer (epoch %llu) recovered this ledger; this "
 		     "writer's epoch is %llu"},
     {LOG_ERR_TRUNCATED, "position %llu was truncated: the log keeps positions from %llu on"},
+    {LOG_ERR_SKIPPED, "shared ring: the entry at place %llu came after the head had skipped "
+		      "it, or out of this writer's sequence (expected seq %llu): reconnect"},
 };
 
 void log_error_text(const struct log_error *e, char *buf, size_t len)

@@ -13,73 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log_internal.h"
-
-#define DEFAULT_RING (1u << 20)
-#define DEFAULT_CONNS 72u
-#define DEFAULT_SEGMENT (256ull << 20)
-#define RX_DEPTH 64
-#define READER_STAGE_MAX (4u << 20)
-#define EV_BATCH 64
-/* Polls of one turn before the group commit: a bound on the latency of
- * durable under a flood. */
-#define TURN_POLLS 32
-/* Microseconds the loop polls before it sleeps. */
-#define SPIN_US 50
-
-struct sconn {
-	struct wimm_log_server *s;
-	struct wimm_conn *c;
-	int slot;
-	int role;
-	int established;
-	int have_hello; /* a hello from private data waits for ESTABLISHED */
-	struct log_hello hello;
-	long wi; /* writer table index */
-	uint32_t epoch;
-	uint64_t expect_seq;
-	size_t tail;
-	uint64_t sent_visible, sent_durable;
-	int drop;	   /* close at the end of the turn */
-	uint64_t accepted; /* the server's count of accepts when this one was made */
-	/* reader */
-	unsigned char *stage;
-	struct wimm_mr *stage_mr;
-	size_t stage_len;
-	int reply_due;
-	uint32_t reply_imm;
-	size_t reply_len;
-};
-
-struct wimm_log_server {
-	struct wimm_ctx *ctx;
-	struct wimm_listener *l;
-	unsigned char *arena, *ctl;
-	struct wimm_mr *arena_mr, *ctl_mr;
-	uint32_t ring_size, max_conns;
-	uint64_t accepts;     /* connections accepted so far: which of two is newer */
-	struct sconn **conns; /* by slot */
-	struct log_store *st;
-	wimm_log_fn log;
-	void *log_arg;
-	uint64_t duplicates, refused, writers, readers;
-	int failed;	 /* the store failed: no more promises */
-	uint64_t retain; /* keep at least this many entries; 0: everything */
-	/* The group commit: a thread that fdatasyncs while the loop goes on
-	 * taking entries, and wakes the loop through an eventfd. */
-	pthread_t syncer;
-	int syncer_up;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int sync_fd;	      /* to fdatasync; -1: idle */
-	int sync_busy;	      /* handed over, not yet taken back */
-	atomic_int sync_done; /* 1: finished, sync_err says how */
-	int sync_err, quit;
-	int efd, epfd;
-	long spin_us;
-};
-
-#define say(obj, lvl, ...) log_say((obj)->log, (obj)->log_arg, lvl, __VA_ARGS__)
+#include "log_server_internal.h"
 
 static unsigned char *ctl_of(struct sconn *k)
 {
@@ -94,7 +28,9 @@ static unsigned char *ring_of(struct sconn *k)
 static void conn_free(struct sconn *k)
 {
 	struct wimm_log_server *s = k->s;
-	if (k->role == LOG_ROLE_WRITER) {
+	if (k->shared)
+		log_shared_conn_gone(k);
+	if (k->role == LOG_ROLE_WRITER || k->role == LOG_ROLE_SHARED) {
 		struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
 		if (w && w->live == k->slot)
 			w->live = -1;
@@ -109,9 +45,15 @@ static void conn_free(struct sconn *k)
 	free(k);
 }
 
+struct sconn *log_server_live(struct wimm_log_server *s, size_t wi)
+{
+	struct log_writer_state *w = log_store_writer_at(s->st, wi);
+	return w && w->live >= 0 ? s->conns[w->live] : NULL;
+}
+
 /* Tell the client why it is refused, give the doorbell a moment to leave,
  * and close. */
-static void refuse(struct sconn *k, uint32_t code, uint64_t a, uint64_t b)
+void log_server_refuse(struct sconn *k, uint32_t code, uint64_t a, uint64_t b)
 {
 	struct log_error e = {.code = code, .a = a, .b = b};
 	char text[200];
@@ -131,6 +73,8 @@ static void post_resume(struct sconn *k, uint64_t last, uint32_t epoch)
 {
 	struct log_resume r = {
 	    .last_seq = last, .ring_size = k->s->ring_size, .version = LOG_VERSION, .epoch = epoch};
+	if (k->shared)
+		log_shared_resume(k->s, &r);
 	log_resume_encode(ctl_of(k) + LOG_RESUME_OFF, &r);
 	int rc = wimm_write_imm(k->c, k->s->ctl_mr, (size_t)k->slot * LOG_CLIENT_WINDOW, 0, 32,
 				log_imm_out(LOG_K_RESUME, 0), WIMM_F_WAIT);
@@ -145,10 +89,14 @@ static void post_resume(struct sconn *k, uint64_t last, uint32_t epoch)
 static void take_hello(struct sconn *k, const struct log_hello *h)
 {
 	struct wimm_log_server *s = k->s;
-	if (k->role != LOG_ROLE_NONE ||
-	    (h->role != LOG_ROLE_WRITER && h->role != LOG_ROLE_READER) ||
-	    (h->role == LOG_ROLE_WRITER && (h->id == 0 || h->start_off >= s->ring_size))) {
-		refuse(k, LOG_ERR_PROTO, 0, 0);
+	/* The shared ring's listener takes its writers only, and they no
+	 * other listener. */
+	int shared = h->role == LOG_ROLE_SHARED;
+	if (k->role != LOG_ROLE_NONE || shared != k->shared ||
+	    (h->role != LOG_ROLE_WRITER && h->role != LOG_ROLE_READER && !shared) ||
+	    (h->role != LOG_ROLE_READER && h->id == 0) ||
+	    (h->role == LOG_ROLE_WRITER && h->start_off >= s->ring_size)) {
+		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		return;
 	}
 	if (h->role == LOG_ROLE_READER) {
@@ -161,29 +109,29 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 		k->stage = malloc(k->stage_len ? k->stage_len : 1);
 		if (!k->stage || k->stage_len < LOG_STAT_LEN ||
 		    wimm_mr_reg(s->ctx, k->stage, k->stage_len, WIMM_LOCAL, &k->stage_mr)) {
-			refuse(k, LOG_ERR_PROTO, 0, 0);
+			log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 			return;
 		}
 		post_resume(k, 0, 0);
 		return;
 	}
 	long wi = log_store_writer_find(s->st, h->id, 1);
-	if (wi < 0) {
-		refuse(k, LOG_ERR_PROTO, 0, 0);
+	if (wi < 0 || wi >= 0xffffff) { /* a shared ring's owner word holds 24 bits */
+		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		return;
 	}
-	k->role = LOG_ROLE_WRITER;
+	k->role = h->role;
 	k->wi = wi;
 	k->epoch = h->epoch;
 	s->writers++;
 	struct log_writer_state *w = log_store_writer_at(s->st, (size_t)wi);
 	if (h->epoch < w->epoch) {
-		refuse(k, LOG_ERR_FENCED, w->epoch, h->epoch);
+		log_server_refuse(k, LOG_ERR_FENCED, w->epoch, h->epoch);
 		return;
 	}
 	/* A higher epoch fences the id: durably, before anything is said. */
 	if (h->epoch > w->epoch && log_store_fence(s->st, (size_t)wi, h->epoch)) {
-		refuse(k, LOG_ERR_STORE, 0, 0);
+		log_server_refuse(k, LOG_ERR_STORE, 0, 0);
 		return;
 	}
 	if (w->live >= 0 && s->conns[w->live]) {
@@ -194,22 +142,22 @@ static void take_hello(struct sconn *k, const struct log_hello *h)
 		 * connections have no order). */
 		struct sconn *old = s->conns[w->live];
 		if (old->epoch < h->epoch) {
-			refuse(old, LOG_ERR_FENCED, h->epoch, old->epoch);
+			log_server_refuse(old, LOG_ERR_FENCED, h->epoch, old->epoch);
 		} else if (old->accepted > k->accepted) {
-			refuse(k, LOG_ERR_TAKEN, h->id, 0);
+			log_server_refuse(k, LOG_ERR_TAKEN, h->id, 0);
 			return;
 		} else {
-			refuse(old, LOG_ERR_TAKEN, h->id, 0);
+			log_server_refuse(old, LOG_ERR_TAKEN, h->id, 0);
 		}
 	}
 	if (h->first_seq > w->last_seq + 1) {
-		refuse(k, LOG_ERR_GAP, w->last_seq, h->first_seq);
+		log_server_refuse(k, LOG_ERR_GAP, w->last_seq, h->first_seq);
 		return;
 	}
 	/* A resuming writer is told a durable position. */
 	if (w->durable_seq != w->last_seq && log_store_sync(s->st)) {
 		s->failed = 1;
-		refuse(k, LOG_ERR_STORE, 0, 0);
+		log_server_refuse(k, LOG_ERR_STORE, 0, 0);
 		return;
 	}
 	w = log_store_writer_at(s->st, (size_t)wi);
@@ -228,13 +176,13 @@ static int take_entry(struct sconn *k, uint32_t len16, uint32_t seq12, uint32_t 
 	if (flag & LOG_F_LONG) {
 		hdr = WIMM_LOG_LONG_HEADER;
 		if (off + hdr > s->ring_size) {
-			refuse(k, LOG_ERR_BOUNDS, off, hdr);
+			log_server_refuse(k, LOG_ERR_BOUNDS, off, hdr);
 			return 0;
 		}
 		wire = log_get32(ring + off);
 	}
 	if (wire < hdr + WIMM_LOG_TRAILER || off + wire > s->ring_size) {
-		refuse(k, LOG_ERR_BOUNDS, off, wire);
+		log_server_refuse(k, LOG_ERR_BOUNDS, off, wire);
 		return 0;
 	}
 	uint64_t seq = k->expect_seq;
@@ -242,18 +190,18 @@ static int take_entry(struct sconn *k, uint32_t len16, uint32_t seq12, uint32_t 
 		struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
 		/* The low 12 bits of what was sent, past what was expected. */
 		uint64_t sent = seq + ((seq12 - (uint32_t)seq) & LOG_SEQ_MASK);
-		refuse(k, LOG_ERR_GAP, w->last_seq, sent);
+		log_server_refuse(k, LOG_ERR_GAP, w->last_seq, sent);
 		return 0;
 	}
 	const unsigned char *payload = ring + off + hdr;
 	uint32_t plen = (uint32_t)(wire - hdr - WIMM_LOG_TRAILER);
 	if (wimm_log_crc32c(0, payload, plen) != log_get32(payload + plen)) {
-		refuse(k, LOG_ERR_CRC, seq, 0);
+		log_server_refuse(k, LOG_ERR_CRC, seq, 0);
 		return 0;
 	}
 	struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
 	if (k->epoch < w->epoch) {
-		refuse(k, LOG_ERR_FENCED, w->epoch, k->epoch);
+		log_server_refuse(k, LOG_ERR_FENCED, w->epoch, k->epoch);
 		return 0;
 	}
 	k->expect_seq++;
@@ -266,7 +214,7 @@ static int take_entry(struct sconn *k, uint32_t len16, uint32_t seq12, uint32_t 
 	int rc = log_store_append(s->st, (size_t)k->wi, seq, payload, plen, &pos);
 	if (rc) {
 		s->failed = 1;
-		refuse(k, LOG_ERR_STORE, 0, 0);
+		log_server_refuse(k, LOG_ERR_STORE, 0, 0);
 		return 0;
 	}
 	return 1;
@@ -289,16 +237,16 @@ static int answer_read(struct sconn *k, const struct log_req *q)
 		uint64_t first = q->op == LOG_REQ_READ
 				     ? log_store_first(st)
 				     : log_store_writer_at(st, (size_t)wi)->trunc_seq + 1;
-		refuse(k, LOG_ERR_TRUNCATED, first, q->from);
+		log_server_refuse(k, LOG_ERR_TRUNCATED, first, q->from);
 		return 0;
 	}
 	if (got == WIMM_E_TOOBIG) {
-		refuse(k, LOG_ERR_TOOBIG, n, 0);
+		log_server_refuse(k, LOG_ERR_TOOBIG, n, 0);
 		return 0;
 	}
 	if (got < 0) {
 		k->s->failed = 1;
-		refuse(k, LOG_ERR_STORE, 0, 0);
+		log_server_refuse(k, LOG_ERR_STORE, 0, 0);
 		return 0;
 	}
 	k->reply_len = (size_t)got;
@@ -311,7 +259,7 @@ static void take_request(struct sconn *k)
 	struct log_req q;
 	log_req_decode(ring_of(k), &q);
 	if (k->reply_due) {
-		refuse(k, LOG_ERR_PROTO, 0, 0);
+		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		return;
 	}
 	if (q.op == LOG_REQ_STAT) {
@@ -339,26 +287,39 @@ static void take_request(struct sconn *k)
 	} else if (q.op == LOG_REQ_TRUNCATE) {
 		uint64_t first;
 		if (log_store_truncate(k->s->st, q.from, &first)) {
-			refuse(k, LOG_ERR_STORE, 0, 0);
+			log_server_refuse(k, LOG_ERR_STORE, 0, 0);
 			return;
 		}
 		k->reply_len = 0;
 		k->reply_imm = log_imm_out(LOG_K_DONE, 0);
 	} else {
-		refuse(k, LOG_ERR_PROTO, 0, 0);
+		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		return;
 	}
 	k->reply_due = 1;
 }
 
-static int take_doorbell(struct sconn *k, uint32_t imm)
+static int take_doorbell(struct sconn *k, const struct wimm_event *e)
 {
-	uint32_t f[3];
+	uint32_t f[3], imm = e->imm;
+	if (k->shared) {
+		/* The shared ring's window is everyone's: its hello comes as a
+		 * send_imm into this connection's own receive buffer. */
+		struct log_hello h;
+		if (e->type == WIMM_EV_WRITE_IMM)
+			log_shared_doorbell(k, imm);
+		else if (imm != log_imm_out(LOG_K_HELLO, 0) ||
+			 log_hello_decode(e->data, e->len, &h))
+			log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
+		else
+			take_hello(k, &h);
+		return 0;
+	}
 	wimm_imm_unpack(log_layout_in(), imm, f);
 	if (f[2] & LOG_F_HELLO) {
 		struct log_hello h;
 		if (log_hello_decode(ring_of(k), f[0], &h))
-			refuse(k, LOG_ERR_PROTO, 0, 0);
+			log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		else
 			take_hello(k, &h);
 		return 0;
@@ -368,7 +329,7 @@ static int take_doorbell(struct sconn *k, uint32_t imm)
 		return 0;
 	}
 	if (k->role != LOG_ROLE_WRITER || (f[2] & LOG_F_REQ)) {
-		refuse(k, LOG_ERR_PROTO, 0, 0);
+		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
 		return 0;
 	}
 	return take_entry(k, f[0], f[1], f[2]);
@@ -376,15 +337,15 @@ static int take_doorbell(struct sconn *k, uint32_t imm)
 
 /* ---------------------------------------------------------------- accept */
 
-static void take_requests(struct wimm_log_server *s)
+static void take_from(struct wimm_log_server *s, struct wimm_listener *l, int shared)
 {
 	struct wimm_request *r;
-	while (wimm_listener_request(s->l, 0, &r) == 0) {
+	while (wimm_listener_request(l, 0, &r) == 0) {
 		struct wimm_request_info ri;
 		struct log_hello h = {0};
 		int have = 0;
 		wimm_request_info(r, &ri);
-		if (ri.private_len) {
+		if (ri.private_len && !shared) {
 			if (log_hello_decode(ri.private_data, ri.private_len, &h)) {
 				say(s, WIMM_LOG_WARN, "refused %s: not a wimm log client",
 				    ri.peer_addr);
@@ -411,6 +372,7 @@ static void take_requests(struct wimm_log_server *s)
 				    .wi = -1,
 				    .have_hello = have,
 				    .hello = h,
+				    .shared = shared,
 				    .accepted = ++s->accepts};
 		struct wimm_conn_attr a = {.window = s->arena_mr,
 					   .window_off = (size_t)slot * s->ring_size,
@@ -418,6 +380,8 @@ static void take_requests(struct wimm_log_server *s)
 					   .rx_depth = RX_DEPTH,
 					   .recv_size = 16,
 					   .user = k};
+		if (shared)
+			log_shared_window(s, &a);
 		int rc = wimm_request_accept(&r, &a, &k->c);
 		if (rc) {
 			say(s, WIMM_LOG_WARN, "cannot accept %s: %s", ri.peer_addr,
@@ -427,6 +391,13 @@ static void take_requests(struct wimm_log_server *s)
 		}
 		s->conns[slot] = k;
 	}
+}
+
+static void take_requests(struct wimm_log_server *s)
+{
+	take_from(s, s->l, 0);
+	if (s->sh)
+		take_from(s, log_shared_listener(s), 1);
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -446,7 +417,7 @@ static void send_acks(struct wimm_log_server *s)
 				k->drop = 1;
 			continue;
 		}
-		if (k->role != LOG_ROLE_WRITER)
+		if (k->role != LOG_ROLE_WRITER && k->role != LOG_ROLE_SHARED)
 			continue;
 		struct log_writer_state *w = log_store_writer_at(s->st, (size_t)k->wi);
 		if (w->live != k->slot)
@@ -509,7 +480,7 @@ static int handle(struct wimm_log_server *s, const struct wimm_event *e)
 		 * error would be sent and the client stalls. */
 		if (!k->established)
 			conn_up(k);
-		return take_doorbell(k, e->imm);
+		return take_doorbell(k, e);
 	case WIMM_EV_DISCONNECT:
 		if (k) {
 			say(s, WIMM_LOG_INFO, "connection %d (%s) gone: %s", k->slot,
@@ -639,7 +610,7 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	if (s->failed)
 		return WIMM_E_PERM;
 	take_requests(s);
-	int n = wait_events(s, ev, timeout_ms);
+	int n = wait_events(s, ev, log_shared_timeout(s, timeout_ms));
 	for (int turn = 0; n > 0; turn++) {
 		for (int i = 0; i < n; i++)
 			taken += handle(s, &ev[i]);
@@ -649,6 +620,7 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 	}
 	if (n < 0)
 		return n;
+	taken += log_shared_advance(s);
 	/* Visible at once; durable when the syncer's fdatasync of everything
 	 * written before it began returns (group commit). */
 	if (log_store_flush(s->st))
@@ -662,6 +634,22 @@ int wimm_log_server_run(struct wimm_log_server *s, int timeout_ms)
 }
 
 /* ------------------------------------------------------------ open/close */
+
+/* The shared ring's listener: the listen port + 1 (any free port for 0). */
+static int shared_listen(struct wimm_log_server *s, const char *listen_addr,
+			 const struct wimm_log_server_attr *attr)
+{
+	char addr[300];
+	const char *colon = strrchr(listen_addr, ':');
+	if (!colon || strlen(listen_addr) > 256)
+		return WIMM_E_INVAL;
+	long port = strtol(colon + 1, NULL, 10);
+	if (port < 0 || port > 65534)
+		return WIMM_E_INVAL;
+	snprintf(addr, sizeof(addr), "%.*s:%d", (int)(colon - listen_addr), listen_addr,
+		 port ? wimm_listener_port(s->l) + 1 : 0);
+	return log_shared_open(s, addr, attr->shared_ring, attr->hole_ms);
+}
 
 int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 			 const struct wimm_log_server_attr *attr, struct wimm_log_server **out)
@@ -717,6 +705,15 @@ int wimm_log_server_open(struct wimm_ctx *ctx, const char *listen_addr,
 	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &e2) ||
 	    epoll_ctl(s->epfd, EPOLL_CTL_ADD, wimm_listener_fd(s->l), &e1))
 		goto fail;
+	if (attr->shared_ring) {
+		rc = shared_listen(s, listen_addr, attr);
+		if (rc)
+			goto fail;
+		rc = WIMM_E_NOMEM;
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, wimm_listener_fd(log_shared_listener(s)),
+			      &e1))
+			goto fail;
+	}
 	if (pthread_create(&s->syncer, NULL, syncer_main, s))
 		goto fail;
 	s->syncer_up = 1;
@@ -732,6 +729,11 @@ int wimm_log_server_port(const struct wimm_log_server *s)
 	return s ? wimm_listener_port(s->l) : WIMM_E_INVAL;
 }
 
+int wimm_log_server_shared_port(const struct wimm_log_server *s)
+{
+	return s ? log_shared_port(s) : WIMM_E_INVAL;
+}
+
 int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *out)
 {
 	if (!s || !out)
@@ -744,6 +746,7 @@ int wimm_log_server_stat(const struct wimm_log_server *s, struct wimm_log_stat *
 	out->refused = s->refused;
 	out->ring_size = s->ring_size;
 	out->max_conns = s->max_conns;
+	log_shared_stat(s, out);
 	return 0;
 }
 
@@ -781,6 +784,7 @@ int wimm_log_server_close(struct wimm_log_server **ps)
 				wimm_conn_close(&s->conns[i]->c, 200);
 			conn_free(s->conns[i]);
 		}
+	log_shared_close(s);
 	wimm_listener_delete(&s->l);
 	wimm_mr_dereg(&s->arena_mr);
 	wimm_mr_dereg(&s->ctl_mr);

@@ -36,7 +36,21 @@ struct wimm_log_writer {
 	int resumed; /* RESUME seen on this connection */
 	uint64_t resume_seq;
 	char err[200];
+	/* The shared ring (WIMM_LOG_WRITER_SHARED): aux holds the hello, the
+	 * fetch-and-add's result and the limit word read back. */
+	int shared, by_request, tail_be;
+	_Alignas(16) unsigned char aux[64];
+	struct wimm_mr *aux_mr;
+	uint64_t limit;	     /* places below it may be written (last read) */
+	uint64_t grant_base; /* by request: no grant is below it */
+	int faa_done, read_done, granted;
+	uint32_t grant_val;
 };
+
+#define AUX_HELLO 0
+#define AUX_FAA 32
+#define AUX_LIMIT 40
+#define AUX_PAD 48
 
 static struct pend *q_at(struct wimm_log_writer *w, size_t i)
 {
@@ -89,6 +103,13 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 			}
 			continue;
 		}
+		if (e->type == WIMM_EV_SEND_DONE) {
+			if (e->op == WIMM_OP_FETCH_ADD)
+				w->faa_done = 1;
+			else if (e->op == WIMM_OP_READ)
+				w->read_done = 1;
+			continue;
+		}
 		if (e->type != WIMM_EV_WRITE_IMM)
 			continue;
 		uint32_t f[2];
@@ -105,11 +126,24 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 			log_resume_decode(w->win + LOG_RESUME_OFF, &r);
 			w->resumed = 1;
 			w->resume_seq = r.last_seq;
+			if (w->shared) {
+				w->ring_size = r.ring_size;
+				w->by_request = !!(r.flags & LOG_RESUME_BY_REQUEST);
+				w->tail_be = !!(r.flags & LOG_RESUME_TAIL_BE);
+				w->grant_base = r.base;
+				w->limit = 0;
+			}
+		} else if (f[0] == LOG_K_GRANT) {
+			w->granted = 1;
+			w->grant_val = f[1];
 		} else if (f[0] == LOG_K_ERROR) {
 			struct log_error le;
 			log_error_decode(w->win + LOG_ERROR_OFF, &le);
 			log_error_text(&le, w->err, sizeof(w->err));
-			w->broken = le.code == LOG_ERR_FENCED ? WIMM_E_REFUSED : WIMM_E_PROTO;
+			/* A skipped shared entry is sent again by a reconnect. */
+			w->broken = le.code == LOG_ERR_FENCED	 ? WIMM_E_REFUSED
+				    : le.code == LOG_ERR_SKIPPED ? WIMM_E_DISCONNECTED
+								 : WIMM_E_PROTO;
 			if (w->attr.log)
 				w->attr.log(w->attr.log_arg, WIMM_LOG_ERROR, w->err);
 		}
@@ -140,7 +174,7 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 {
 	struct wimm_fabric_limits lim;
 	unsigned char hb[LOG_HELLO_LEN];
-	struct log_hello h = {.role = LOG_ROLE_WRITER,
+	struct log_hello h = {.role = w->shared ? LOG_ROLE_SHARED : LOG_ROLE_WRITER,
 			      .id = w->attr.id,
 			      .first_seq = first_seq,
 			      .start_off = start_off,
@@ -151,12 +185,13 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 		return rc;
 	w->max_msg = lim.max_msg;
 	log_hello_encode(hb, &h);
-	int inband =
-	    lim.private_max < LOG_HELLO_LEN || (w->attr.flags & WIMM_LOG_WRITER_INBAND_HELLO);
+	int inband = !w->shared && (lim.private_max < LOG_HELLO_LEN ||
+				    (w->attr.flags & WIMM_LOG_WRITER_INBAND_HELLO));
+	int priv = !inband && !w->shared;
 	struct wimm_conn_attr a = {.window = w->win_mr,
 				   .rx_depth = RX_DEPTH,
-				   .private_data = inband ? NULL : hb,
-				   .private_len = inband ? 0 : LOG_HELLO_LEN};
+				   .private_data = priv ? hb : NULL,
+				   .private_len = priv ? LOG_HELLO_LEN : 0};
 	w->resumed = 0;
 	w->broken = 0;
 	w->err[0] = '\0';
@@ -165,9 +200,20 @@ static int hello(struct wimm_log_writer *w, uint64_t first_seq, uint32_t start_o
 		return rc;
 	struct wimm_conn_info ci;
 	wimm_conn_info(w->conn, &ci);
-	if (w->ring_size && ci.peer_window_len != w->ring_size)
+	if (w->shared) {
+		/* The whole shared ring is the window; the hello goes into
+		 * this connection's own receive buffer. */
+		if (ci.peer_window_len < LOG_SHARED_CTL + 4096 ||
+		    (w->ring_size && ci.peer_window_len != LOG_SHARED_CTL + w->ring_size))
+			return WIMM_E_PROTO;
+		memcpy(w->aux + AUX_HELLO, hb, sizeof(hb));
+		rc = wimm_send_imm(w->conn, w->aux_mr, AUX_HELLO, LOG_HELLO_LEN,
+				   log_imm_out(LOG_K_HELLO, 0), WIMM_F_WAIT);
+	} else if (w->ring_size && ci.peer_window_len != w->ring_size) {
 		return WIMM_E_PROTO; /* the server restarted with another ring size */
-	w->ring_size = (uint32_t)ci.peer_window_len;
+	} else {
+		w->ring_size = (uint32_t)ci.peer_window_len;
+	}
 	if (inband) {
 		/* Through a bounce in the mirror's first bytes: the server reads
 		 * it before anything else may land there. */
@@ -228,13 +274,22 @@ int wimm_log_writer_open(struct wimm_ctx *ctx, const char *addr,
 	rc = wimm_mr_reg(ctx, w->win, sizeof(w->win), WIMM_REMOTE_WRITE, &w->win_mr);
 	if (rc)
 		goto fail;
+	w->shared = !!(attr->flags & WIMM_LOG_WRITER_SHARED);
+	if (w->shared && (attr->epoch || (attr->flags & WIMM_LOG_WRITER_SEND_NOTICE))) {
+		rc = WIMM_E_INVAL;
+		goto fail;
+	}
+	rc = w->shared ? wimm_mr_reg(ctx, w->aux, sizeof(w->aux), WIMM_LOCAL, &w->aux_mr) : 0;
+	if (rc)
+		goto fail;
 	/* The mirror must exist before an in-band hello; its size is the
 	 * server's ring, learned at connect: a provisional one first. */
 	struct wimm_fabric_limits lim;
 	rc = wimm_ctx_limits(ctx, &lim);
 	if (rc)
 		goto fail;
-	if (lim.private_max < LOG_HELLO_LEN || (attr->flags & WIMM_LOG_WRITER_INBAND_HELLO)) {
+	if (!w->shared &&
+	    (lim.private_max < LOG_HELLO_LEN || (attr->flags & WIMM_LOG_WRITER_INBAND_HELLO))) {
 		w->mirror = calloc(1, LOG_HELLO_LEN);
 		if (!w->mirror)
 			goto nomem;
@@ -264,6 +319,134 @@ fail:
 	return rc;
 }
 
+/* ---------------------------------------------------------- shared ring */
+
+/* Drive the connection until *flag is set: 0, TIMEDOUT at deadline, or why
+ * the connection broke. */
+static int wait_flag(struct wimm_log_writer *w, const int *flag, int64_t deadline)
+{
+	while (!*flag) {
+		if (w->broken)
+			return w->broken;
+		int64_t left = deadline - log_now_ms();
+		if (left <= 0)
+			return WIMM_E_TIMEDOUT;
+		int rc = pump(w, left < 10 ? (int)left : 10);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* An operation whose answer did not come: its completion may still come
+ * on this connection and be taken for the next one's, so the connection
+ * is given up (a reconnect starts clean). */
+static int gave_up(struct wimm_log_writer *w, int rc, const char *what)
+{
+	if (rc == WIMM_E_TIMEDOUT && !w->broken) {
+		w->broken = WIMM_E_DISCONNECTED;
+		snprintf(w->err, sizeof(w->err), "shared ring: no answer to the %s within %d ms",
+			 what, w->attr.timeout_ms);
+	} else if (rc == WIMM_E_DISCONNECTED) {
+		w->broken = rc;
+	}
+	return rc;
+}
+
+/* A place of len bytes: by fetch-and-add on the tail word, or asked of
+ * the server on a fabric without atomics. */
+static int shared_reserve(struct wimm_log_writer *w, uint32_t len, int64_t deadline,
+			  uint64_t *place)
+{
+	int rc;
+	if (w->by_request) {
+		w->granted = 0;
+		rc = wimm_write_imm(w->conn, NULL, 0, 0, 0, log_imm_out(LOG_K_RESERVE, len / 16),
+				    WIMM_F_WAIT);
+		if (!rc)
+			rc = wait_flag(w, &w->granted, deadline);
+		if (rc)
+			return gave_up(w, rc, "reservation");
+		uint32_t d = (w->grant_val - (uint32_t)(w->grant_base / 16)) & LOG_SH_MASK;
+		*place = w->grant_base + (uint64_t)d * 16;
+		w->grant_base = *place + len;
+		return 0;
+	}
+	w->faa_done = 0;
+	rc = wimm_fetch_add(w->conn, w->aux_mr, AUX_FAA, LOG_SHARED_TAIL, len, 0);
+	if (!rc)
+		rc = wait_flag(w, &w->faa_done, deadline);
+	if (rc)
+		return gave_up(w, rc, "fetch-and-add");
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)w->aux[AUX_FAA + (w->tail_be ? 7 - i : i)] << (8 * i);
+	*place = v;
+	return 0;
+}
+
+/* Wait until [place, place + len) is below the limit word: read it again
+ * while it is not, having told the server once where this writer waits
+ * (a head stalled at a dead writer's place skips to it). */
+static int shared_room(struct wimm_log_writer *w, uint64_t place, uint32_t len, int64_t deadline)
+{
+	int told = 0;
+	while (place + len > w->limit) {
+		w->read_done = 0;
+		int rc = wimm_read(w->conn, w->aux_mr, AUX_LIMIT, LOG_SHARED_LIMIT, 8, 0);
+		if (!rc)
+			rc = wait_flag(w, &w->read_done, deadline);
+		if (rc)
+			return gave_up(w, rc, "read of the limit word");
+		w->limit = log_get64(w->aux + AUX_LIMIT);
+		if (place + len <= w->limit)
+			break;
+		if (!told) {
+			rc = wimm_write_imm(w->conn, NULL, 0, 0, 0,
+					    log_imm_out(LOG_K_WAIT, (place / 16) & LOG_SH_MASK),
+					    WIMM_F_WAIT);
+			if (rc)
+				return gave_up(w, rc, "wait notice");
+			told = 1;
+		}
+		if (log_now_ms() > deadline)
+			return WIMM_E_TIMEDOUT; /* the place stays a hole the server skips */
+		rc = pump(w, 1);
+		if (rc || w->broken)
+			return rc ? rc : w->broken;
+	}
+	return 0;
+}
+
+/* Reserve a place for p and write it there: ONE write-with-imm, after a
+ * padding entry where the place would cross the ring's end. */
+static int shared_post(struct wimm_log_writer *w, const struct pend *p, int64_t deadline)
+{
+	for (;;) {
+		uint64_t place;
+		int rc = shared_reserve(w, p->wire, deadline, &place);
+		if (!rc)
+			rc = shared_room(w, place, p->wire, deadline);
+		if (rc)
+			return rc;
+		size_t off = (size_t)(place % w->ring_size);
+		uint32_t imm = log_imm_out(LOG_K_ENTRY, (place / 16) & LOG_SH_MASK);
+		if (off + p->wire <= w->ring_size) {
+			rc = wimm_write_imm(w->conn, w->mirror_mr, p->off, LOG_SHARED_CTL + off,
+					    p->wire, imm, WIMM_F_WAIT);
+			return rc == WIMM_E_DISCONNECTED ? gave_up(w, rc, "") : rc;
+		}
+		unsigned char *h = w->aux + AUX_PAD;
+		log_put32(h, p->wire);
+		log_put32(h + 4, LOG_SH_MAGIC | LOG_SH_PAD);
+		log_put64(h + 8, 0);
+		rc = wimm_write_imm(w->conn, w->aux_mr, AUX_PAD, LOG_SHARED_CTL + off, LOG_SH_HDR,
+				    imm, WIMM_F_WAIT);
+		if (rc)
+			return rc == WIMM_E_DISCONNECTED ? gave_up(w, rc, "") : rc;
+	}
+}
+
 static int post_entry(struct wimm_log_writer *w, const struct pend *p)
 {
 	if (w->attr.flags & WIMM_LOG_WRITER_SEND_NOTICE) {
@@ -275,6 +458,32 @@ static int post_entry(struct wimm_log_writer *w, const struct pend *p)
 	return wimm_write_imm(w->conn, w->mirror_mr, p->off, p->off, p->wire, p->imm, 0);
 }
 
+/* The entry {header, payload, CRC32C} at p (mirror offset off, foot bytes
+ * of the mirror with its padding), then its place and its write. */
+static int shared_append(struct wimm_log_writer *w, unsigned char *p, const void *data, size_t len,
+			 uint32_t off, uint32_t foot, int64_t deadline, uint64_t *seq)
+{
+	log_put32(p, (uint32_t)len);
+	log_put32(p + 4, LOG_SH_MAGIC);
+	log_put64(p + 8, w->next_seq);
+	if (len)
+		memcpy(p + LOG_SH_HDR, data, len);
+	log_put32(p + LOG_SH_HDR + len, wimm_log_crc32c(0, p, LOG_SH_HDR + len));
+	struct pend e = {
+	    .seq = w->next_seq, .off = off, .wire = log_sh_extent((uint32_t)len), .foot = foot};
+	int rc = shared_post(w, &e, deadline);
+	if (!rc)
+		rc = q_push(w, e);
+	if (rc)
+		return rc;
+	w->used += e.foot;
+	w->tail = off + e.wire;
+	w->next_seq++;
+	if (seq)
+		*seq = e.seq;
+	return 0;
+}
+
 int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, unsigned flags,
 		    uint64_t *seq)
 {
@@ -283,7 +492,8 @@ int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, uns
 	if (w->broken)
 		return w->broken;
 	size_t hdr = len + WIMM_LOG_TRAILER > LOG_IMM_LEN_MAX ? WIMM_LOG_LONG_HEADER : 0;
-	size_t wire = hdr + len + WIMM_LOG_TRAILER;
+	size_t wire = w->shared ? (len > w->ring_size ? SIZE_MAX : log_sh_extent((uint32_t)len))
+				: hdr + len + WIMM_LOG_TRAILER;
 	if (wire > w->ring_size || wire > w->max_msg)
 		return WIMM_E_TOOBIG;
 	int64_t deadline = log_now_ms() + w->attr.timeout_ms;
@@ -308,6 +518,9 @@ int wimm_log_append(struct wimm_log_writer *w, const void *data, size_t len, uns
 			return WIMM_E_TIMEDOUT;
 	}
 	unsigned char *p = w->mirror + off;
+	if (w->shared)
+		return shared_append(w, p, data, len, (uint32_t)off, (uint32_t)(pad + wire),
+				     deadline, seq);
 	if (hdr)
 		log_put32(p, (uint32_t)wire);
 	if (len)
@@ -408,6 +621,14 @@ int wimm_log_writer_reconnect(struct wimm_log_writer *w)
 		if (!w->qlen || seq < w->q[w->qhead].seq)
 			continue;
 		struct pend e = *q_at(w, (size_t)(seq - w->q[w->qhead].seq));
+		if (w->shared) {
+			/* A new place for each: the old ones may be taken by others. */
+			rc = shared_post(w, &e, deadline);
+			if (rc)
+				return rc;
+			w->resent++;
+			continue;
+		}
 		while ((rc = post_entry(w, &e)) == WIMM_E_AGAIN) {
 			if (log_now_ms() > deadline)
 				return WIMM_E_TIMEDOUT;
@@ -447,6 +668,7 @@ int wimm_log_writer_close(struct wimm_log_writer **pw, int timeout_ms)
 	}
 	wimm_mr_dereg(&w->mirror_mr);
 	wimm_mr_dereg(&w->win_mr);
+	wimm_mr_dereg(&w->aux_mr);
 	free(w->mirror);
 	free(w->q);
 	free(w->addr);
