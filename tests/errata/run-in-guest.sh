@@ -166,7 +166,8 @@ done
 # WIMM_TEST_TIMEOUT_SCALE.
 WIMM_LOG_TEST_WORKLOAD=${WIMM_LOG_TEST_WORKLOAD:-10}
 export WIMM_LOG_TEST_WORKLOAD
-for t in concurrent crash writer_kill bad_input replication truncate hostile; do
+for t in concurrent crash writer_kill bad_input replication truncate hostile shared shared_hole \
+	shared_hostile; do
 	step "log.$t" "$build/tests/services/log_test" "$build/tools/wimm" "verbs:$dev" "$t"
 done
 

@@ -4,16 +4,17 @@
  * nothing lost or duplicated).
  *
  *   log_test WIMM FABRIC concurrent | concurrent_wide | crash | writer_kill |
- *                        bad_input | replication | truncate | hostile | raw_peer
+ *                        bad_input | replication | truncate | hostile | raw_peer |
+ *                        shared | shared_hole | shared_hostile
  *
  * (replication, truncate and hostile are in log_test_repl.c, raw_peer in
- * log_test_raw.c.)
+ * log_test_raw.c, the shared ring's in log_test_shared.c.)
  *
  * concurrent is 16 writers x 2000 entries; concurrent_wide 64 writers at
  * once, 1563 entries each: 100,032 entries of 1 B..16 KiB (about 800 MB of
  * segments). WIMM_LOG_TEST_LONG=1 runs a far longer variant of concurrent:
- * 64 writers x 100k entries each (about 52 GB of segments in TMPDIR); WIMM_LOG_TEST_WRITERS / WIMM_LOG_TEST_ENTRIES choose
- * another shape (ENTRIES also for concurrent_wide).
+ * 64 writers x 100k entries each (about 52 GB of segments in TMPDIR); WIMM_LOG_TEST_WRITERS /
+ * WIMM_LOG_TEST_ENTRIES choose another shape (ENTRIES also for concurrent_wide).
  * WIMM_LOG_TEST_WORKLOAD=P runs concurrent, concurrent_wide, crash and
  * writer_kill with P percent of their entries (1..100, default 100): the
  * Soft-RoCE guest's smaller workload, the same checks. */
@@ -335,7 +336,8 @@ int main(int argc, char **argv)
 	if (argc != 4) {
 		fprintf(stderr,
 			"usage: %s WIMM FABRIC concurrent|concurrent_wide|crash|writer_kill|"
-			"bad_input|replication|truncate|hostile|raw_peer\n",
+			"bad_input|replication|truncate|hostile|raw_peer|shared|shared_hole|"
+			"shared_hostile\n",
 			argv[0]);
 		return 2;
 	}
@@ -372,7 +374,10 @@ int main(int argc, char **argv)
 		     {"truncate", test_truncate},
 		     {"hostile", test_hostile},
 		     {"raw_peer", test_raw_peer},
-		     {"concurrent_wide", test_concurrent_wide}};
+		     {"concurrent_wide", test_concurrent_wide},
+		     {"shared", test_shared},
+		     {"shared_hole", test_shared_hole},
+		     {"shared_hostile", test_shared_hostile}};
 	int rc = -2;
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
 		if (!strcmp(argv[3], tests[i].name))

@@ -209,6 +209,8 @@ int server_start_opts(struct proc *p, const char *d, int port, const char *const
 	const char *ent = l ? strstr(l, "entries=") : NULL;
 	if (ent)
 		p->entries = strtoull(ent + 8, NULL, 10);
+	const char *sh = l ? strstr(l, " shared=") : NULL;
+	p->shared_port = sh ? atoi(sh + 8) : 0;
 	if (!l || sscanf(l, "listening port=%d", &got) != 1) {
 		proc_wait(p, 2000);
 		fprintf(stderr, "the server did not start: %s\n", p->errtext);

@@ -57,6 +57,7 @@ struct proc {
 	uint64_t durable; /* the last "durable N" or "committed N" it printed */
 	uint64_t resent;  /* from a writer's summary line */
 	uint64_t entries; /* from a server's "listening" line: recovered */
+	int shared_port;  /* ... and the shared ring's port (0: none) */
 	int status;
 	char errtext[4096];
 	size_t errlen;
@@ -113,5 +114,8 @@ int test_replication(void);
 int test_truncate(void);
 int test_hostile(void);
 int test_raw_peer(void);
+int test_shared(void);
+int test_shared_hole(void);
+int test_shared_hostile(void);
 
 #endif
