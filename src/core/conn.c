@@ -310,6 +310,7 @@ int wimm_connect(struct wimm_ctx *ctx, const char *addr, const struct wimm_conn_
 	if (ret)
 		goto err_free_conn;
 	c->state = CONN_UP;
+	wimm_ctx_conn_up(ctx);
 	wimm_ctx_counters(ctx)->connected++;
 	*out = c;
 	return 0;

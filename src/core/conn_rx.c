@@ -106,6 +106,7 @@ static void settle_pending(struct wimm_conn *c, uint64_t op_seq)
 static void became_up(struct wimm_conn *c)
 {
 	c->state = CONN_UP;
+	wimm_ctx_conn_up(c->ctx);
 	if (!c->announce_up)
 		return;
 	c->announce_up = 0;
@@ -303,7 +304,7 @@ int wimm_conn_release(struct wimm_conn *c)
 
 /* Our heartbeat period: a quarter of our own bound, or faster when the
  * peer asked for faster (its bound may be shorter than ours). */
-static int64_t hb_period_ns(const struct wimm_conn *c)
+int64_t wimm_conn_hb_period_ns(const struct wimm_conn *c)
 {
 	int64_t mine = liveness_ns(c) / 4;
 	uint64_t asked_ms = __atomic_load_n(&c->ctl_in[CTL_HB_PERIOD], __ATOMIC_RELAXED);
@@ -331,7 +332,7 @@ void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns)
 {
 	if (c->state != CONN_UP)
 		return;
-	int64_t period = hb_period_ns(c);
+	int64_t period = wimm_conn_hb_period_ns(c);
 	if (period && (c->hb_sent_ns == 0 || now_ns - c->hb_sent_ns >= period))
 		send_heartbeat(c, now_ns);
 }

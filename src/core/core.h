@@ -21,6 +21,8 @@ int wimm_ctx_push_event(struct wimm_ctx *ctx, const struct wimm_event *ev);
 uint32_t wimm_ctx_liveness_ms(const struct wimm_ctx *ctx);
 /* The context's counters, for the modules that count. */
 struct wimm_ctx_stats *wimm_ctx_counters(struct wimm_ctx *ctx);
+/* A connection came up: the liveness clock warms up. */
+void wimm_ctx_conn_up(struct wimm_ctx *ctx);
 /* After a blocking wait in which no connection was polled: give every
  * connection a fresh silence bound (its heartbeats may wait unread). */
 void wimm_ctx_forgive(struct wimm_ctx *ctx);
@@ -70,6 +72,8 @@ void wimm_conn_tick(struct wimm_conn *c, int64_t now_ns);
 int wimm_conn_looks_silent(struct wimm_conn *c, int64_t now_ns);
 /* The heartbeat alone, when due (wimm_ctx_keepalive). */
 void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns);
+/* The heartbeat period this connection needs now (ns; 0: none). */
+int64_t wimm_conn_hb_period_ns(const struct wimm_conn *c);
 /* We were not looking (a blocking connect): the silence starts now. */
 void wimm_conn_forgive(struct wimm_conn *c, int64_t now_ns);
 /* The application saw a doorbell of c. */

@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/liveness.h"
 
 #define CQE_BATCH 32
 /* Completions the CQ is first sized for when cq_budget is 0 (it grows). */
@@ -17,9 +17,6 @@
 #define DEFAULT_LIVENESS_MS 5000
 /* Listener readiness is looked at in poll() this often, busy or idle. */
 #define LISTENER_CHECK_NS 1000000
-/* With liveness off, ticks still time out connections stuck in set-up. */
-#define TICK_OFF_NS 1000000000LL
-#define TICK_MIN_NS 10000000LL
 #define STARVED_WAKE_NS 1000000LL
 /* How often listeners are asked directly where their fd is not exact. */
 #define PENDING_CHECK_NS 5000000LL
@@ -42,11 +39,9 @@ struct wimm_ctx {
 	wimm_log_fn log;
 	void *log_arg;
 	struct wimm_ctx_stats st;
-	/* Liveness ticks: heartbeats, silence and set-up timeouts. The timer
+	/* Liveness ticks: heartbeats, silence and set-up timeouts. Its timer
 	 * wakes sleepers (own epoll loops too) while there are connections. */
-	int timerfd;
-	int timer_armed;
-	int64_t tick_ns, next_tick_ns;
+	struct wimm_liveness lv;
 	/* Connections whose last post found no credit: credits come back as
 	 * plain writes that wake no one, so a sleeper is woken every
 	 * STARVED_WAKE_NS to try again while there are any. */
@@ -174,16 +169,10 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 	ctx->liveness_ms = attr && attr->liveness_ms ? attr->liveness_ms : DEFAULT_LIVENESS_MS;
 	ctx->log = attr ? attr->log : NULL;
 	ctx->log_arg = attr ? attr->log_arg : NULL;
-	ctx->tick_ns = ctx->liveness_ms == WIMM_LIVENESS_OFF
-			   ? TICK_OFF_NS
-			   : (int64_t)ctx->liveness_ms * 1000000 / 8;
-	if (ctx->tick_ns < TICK_MIN_NS)
-		ctx->tick_ns = TICK_MIN_NS;
+	int lret = wimm_liveness_init(&ctx->lv, ctx->liveness_ms);
 	ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-	ctx->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	struct epoll_event tev = {.events = EPOLLIN, .data.ptr = &timer_tag};
-	if (ctx->epfd < 0 || ctx->timerfd < 0 ||
-	    epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->timerfd, &tev)) {
+	if (ctx->epfd < 0 || lret || epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->lv.timerfd, &tev)) {
 		wimm_ctx_set_provider_error(NULL, errno, strerror(errno));
 		ret = WIMM_E_PROVIDER;
 		goto err_close_fds;
@@ -210,8 +199,7 @@ int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm
 err_close_backend:
 	ops->ctx_close(ctx->bctx);
 err_close_fds:
-	if (ctx->timerfd >= 0)
-		close(ctx->timerfd);
+	wimm_liveness_fini(&ctx->lv);
 	if (ctx->epfd >= 0)
 		close(ctx->epfd);
 	free(ctx);
@@ -226,7 +214,7 @@ int wimm_ctx_close(struct wimm_ctx **pctx)
 	if (ctx->objects > 0)
 		return WIMM_E_BUSY;
 	ctx->ops->ctx_close(ctx->bctx);
-	close(ctx->timerfd);
+	wimm_liveness_fini(&ctx->lv);
 	close(ctx->epfd);
 	free(ctx->backlog);
 	free(ctx->rel);
@@ -325,23 +313,6 @@ void wimm_ctx_cq_unreserve(struct wimm_ctx *ctx, uint32_t n)
 	ctx->cq_used -= n;
 }
 
-/* The liveness timer runs while the context has connections. */
-static void timer_set(struct wimm_ctx *ctx, int on)
-{
-	struct itimerspec its = {{0, 0}, {0, 0}};
-
-	if (on == ctx->timer_armed)
-		return;
-	if (on) {
-		its.it_interval.tv_sec = ctx->tick_ns / 1000000000;
-		its.it_interval.tv_nsec = ctx->tick_ns % 1000000000;
-		its.it_value = its.it_interval;
-		ctx->next_tick_ns = wimm_coarse_ns() + ctx->tick_ns;
-	}
-	if (timerfd_settime(ctx->timerfd, 0, &its, NULL) == 0)
-		ctx->timer_armed = on;
-}
-
 int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 {
 	if (add) {
@@ -357,7 +328,7 @@ int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 		wimm_conn_set_next(c, ctx->conns);
 		ctx->conns = c;
 		ctx->nconns++;
-		timer_set(ctx, 1);
+		wimm_liveness_run(&ctx->lv, 1); /* while there are connections */
 		return 0;
 	}
 	for (uint32_t i = 0; i < ctx->rel_n; i++) {
@@ -378,7 +349,7 @@ int wimm_ctx_link_conn(struct wimm_ctx *ctx, struct wimm_conn *c, int add)
 		break;
 	}
 	if (ctx->nconns == 0)
-		timer_set(ctx, 0);
+		wimm_liveness_run(&ctx->lv, 0);
 	return 0;
 }
 
@@ -535,11 +506,15 @@ void wimm_ctx_keepalive(struct wimm_ctx *ctx)
 {
 	int64_t now = wimm_coarse_ns();
 
-	if (now < ctx->next_keepalive_ns)
+	if (!wimm_liveness_keepalive_due(&ctx->lv, now))
 		return;
-	ctx->next_keepalive_ns = now + ctx->tick_ns;
 	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
 		wimm_conn_heartbeat(c, now);
+}
+
+void wimm_ctx_conn_up(struct wimm_ctx *ctx)
+{
+	wimm_liveness_warm(&ctx->lv);
 }
 
 void wimm_ctx_forgive(struct wimm_ctx *ctx)
@@ -561,7 +536,7 @@ static int any_silent(struct wimm_ctx *ctx, int64_t now)
 	return 0;
 }
 
-/* Heartbeats, silence and set-up timeouts, every tick_ns. A peer's
+/* Heartbeats, silence and set-up timeouts, every tick. A peer's
  * heartbeats may still wait in the backend: ipc applies a control write
  * when it consumes the ring entry, libfabric's providers when they are
  * driven. After a stall of our own (a slow loop, a starved process) they
@@ -569,16 +544,22 @@ static int any_silent(struct wimm_ctx *ctx, int64_t now)
  * is declared silent; its events wait in the backlog, ahead of any drop. */
 static void liveness_tick(struct wimm_ctx *ctx, int64_t now)
 {
-	if (now < ctx->next_tick_ns || !ctx->conns)
+	if (!ctx->conns || !wimm_liveness_due(&ctx->lv, now))
 		return;
-	ctx->next_tick_ns = now + ctx->tick_ns;
 	for (int i = 0; i < SILENCE_PASSES && any_silent(ctx, now); i++) {
 		size_t before = ctx->bl_count;
 		if (wimm_ctx_progress_into_backlog(ctx) || ctx->bl_count == before)
 			break;
 	}
-	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c))
+	/* Tick at least twice per heartbeat period any peer asked for. */
+	int64_t fastest = 0;
+	for (struct wimm_conn *c = ctx->conns; c; c = wimm_conn_next(c)) {
 		wimm_conn_tick(c, now);
+		int64_t p = wimm_conn_hb_period_ns(c);
+		if (p && (!fastest || p < fastest))
+			fastest = p;
+	}
+	wimm_liveness_follow(&ctx->lv, fastest / 2);
 }
 
 static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n);
@@ -725,8 +706,6 @@ int wimm_ctx_fd(struct wimm_ctx *ctx, int *fd)
 
 int wimm_ctx_arm(struct wimm_ctx *ctx)
 {
-	uint64_t ticks;
-
 	if (!ctx)
 		return WIMM_E_INVAL;
 	/* Whatever the caller polled before, what we owe the peers goes out
@@ -741,21 +720,14 @@ int wimm_ctx_arm(struct wimm_ctx *ctx)
 	if (ctx->bl_count > 0)
 		return WIMM_E_AGAIN;
 	/* The tick wakes the sleeper; a tick already due is work now. */
-	while (read(ctx->timerfd, &ticks, sizeof(ticks)) > 0)
-		;
+	wimm_liveness_drain(&ctx->lv);
 	int64_t t = wimm_coarse_ns();
-	if (ctx->conns && t >= ctx->next_tick_ns) {
+	if (ctx->conns && t >= ctx->lv.next_tick_ns) {
 		ctx->next_listener_check_ns = 0;
 		return WIMM_E_AGAIN;
 	}
-	if (ctx->starved) {
-		/* A sender out of credit: wake soon to look at its credit word. */
-		struct itimerspec its = {.it_value = {0, STARVED_WAKE_NS}};
-		its.it_interval.tv_sec = ctx->tick_ns / 1000000000;
-		its.it_interval.tv_nsec = ctx->tick_ns % 1000000000;
-		timerfd_settime(ctx->timerfd, 0, &its, NULL);
-		ctx->timer_armed = 1;
-	}
+	if (ctx->starved) /* a sender out of credit: wake soon to look at its credit word */
+		wimm_liveness_wake_in(&ctx->lv, STARVED_WAKE_NS);
 	return ctx->ops->arm(ctx->bctx);
 }
 

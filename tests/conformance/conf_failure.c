@@ -614,9 +614,9 @@ static int stall_phase(struct pair *p, int ms, int ring_ms, int stalled, int *go
  * again those signs are read before anyone is found silent (on ipc and
  * libfabric they wait in the rings or the provider until the receiver
  * drives them), so the connection stays up and every doorbell arrives.
- * (Doorbells, not heartbeats: a context ticks at an eighth of its own
- * bound, and the client's, kept long so that it never gives up on the
- * stalled server, would send them too rarely for the server's.) */
+ * (The client's own bound is long so that it never gives up on the
+ * stalled server; it heartbeats at the server's pace, see
+ * asymmetric_bounds.) */
 static void t_stalled_receiver(const char *uri)
 {
 	struct pair p;
@@ -646,6 +646,42 @@ out:
 	pair_close(&p);
 }
 
+/* Sides with far apart bounds: the server's is 300 ms, the client's ten
+ * minutes, and the client sends nothing of its own. It must heartbeat at
+ * the pace the server asks (a quarter of the server's bound), not at the
+ * eighth of its own bound its context would tick at: the server keeps it
+ * for eight of its bounds and sees its heartbeats come in. */
+static void t_asymmetric_bounds(const char *uri)
+{
+	struct pair p;
+	int bound = (int)(300 * conf_scale());
+	struct wimm_ctx_attr sattr = {.liveness_ms = (uint32_t)bound};
+	struct wimm_ctx_attr cattr = {.liveness_ms = 600000};
+	int got = 0, down = 0;
+
+	if (pair_open_attr(&p, uri, &sattr, &cattr) || pair_connect(&p, NULL, NULL))
+		goto out;
+	/* ring_ms past the phase: no doorbell after the first. */
+	CHECK_OK(stall_phase(&p, 8 * bound, 100 * bound, 0, &got, &down));
+	struct wimm_conn_stats cs, ss;
+	CHECK_OK(wimm_conn_stats(p.c, &cs));
+	CHECK_OK(wimm_conn_stats(p.s, &ss));
+	conf_diag("client (bound 600 s) sent %llu heartbeats in %d ms, the server (bound %d ms) "
+		  "saw %llu",
+		  (unsigned long long)cs.heartbeats_out, 8 * bound, bound,
+		  (unsigned long long)ss.heartbeats_in);
+	CHECKF(!down, "the server dropped the client: %s", wimm_err_name(down));
+	/* Every bound / 4 for 8 bounds is 32; ticks at half that period, so at
+	 * least 16 even on a slow host. */
+	CHECKF(ss.heartbeats_in >= 16, "the server saw %llu heartbeats",
+	       (unsigned long long)ss.heartbeats_in);
+	struct wimm_conn_info ci;
+	CHECK_OK(wimm_conn_info(p.s, &ci));
+	CHECK(ci.connected);
+out:
+	pair_close(&p);
+}
+
 const struct conf_test conf_tests_failure[] = {
     {"dead_client", t_dead_client, 0},
     {"dead_server", t_dead_server, 0},
@@ -653,5 +689,6 @@ const struct conf_test conf_tests_failure[] = {
     {"orderly_close_server", t_orderly_close_server, 0},
     {"ipc_direct_sender_dies", t_ipc_direct_sender_dies, 0},
     {"stalled_receiver", t_stalled_receiver, 0},
+    {"asymmetric_bounds", t_asymmetric_bounds, 0},
     {NULL, NULL, 0},
 };
