@@ -99,11 +99,12 @@ static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, 
 					 .ring_size = ring,
 					 .max_conns = ring ? 160 : 0,
 					 .spin_us = spin ? 1000000 : 0,
-					 .log = say_server};
+					 .log = say_server,
+					 .shared_ring = LOG_BENCH_SHARED_RING};
 	int rc = wimm_log_server_open(ctx, "127.0.0.1:0", &a, &s);
 	if (rc)
 		cli_fail(ctx, rc, "log bench: server");
-	dprintf(wfd, "%d\n", wimm_log_server_port(s));
+	dprintf(wfd, "%d %d\n", wimm_log_server_port(s), wimm_log_server_shared_port(s));
 	close(wfd);
 	for (;;) {
 		rc = wimm_log_server_run(s, 100);
@@ -121,7 +122,7 @@ static _Noreturn void serve_child(const char *fabric, const char *dir, int wfd, 
  * in addr (exits when it does not start). */
 struct bench_server {
 	pid_t pid;
-	char dir[256], addr[64];
+	char dir[256], addr[64], shared_addr[64];
 };
 
 static void server_up(struct bench_server *b, const char *fabric, int spin, uint32_t ring)
@@ -142,12 +143,15 @@ static void server_up(struct bench_server *b, const char *fabric, int spin, uint
 	char line[32] = "";
 	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
 	close(pfd[0]);
-	int port = got > 0 ? atoi(line) : 0;
-	if (b->pid < 0 || port <= 0) {
+	int port = 0, shared = 0;
+	if (got <= 0 || sscanf(line, "%d %d", &port, &shared) != 2)
+		port = 0;
+	if (b->pid < 0 || port <= 0 || shared <= 0) {
 		rm_dir(b->dir);
 		cli_die("log bench: the server did not start");
 	}
 	snprintf(b->addr, sizeof(b->addr), "127.0.0.1:%d", port);
+	snprintf(b->shared_addr, sizeof(b->shared_addr), "127.0.0.1:%d", shared);
 }
 
 static void server_down(struct bench_server *b)
@@ -155,6 +159,16 @@ static void server_down(struct bench_server *b)
 	kill(b->pid, SIGKILL);
 	waitpid(b->pid, NULL, 0);
 	rm_dir(b->dir);
+}
+
+/* The latency's writers: a ring of its own, write + send, the shared ring. */
+#define NMETHODS 3
+
+static void poll_others(struct wimm_log_writer *const *w, int m)
+{
+	for (int i = 0; i < NMETHODS; i++)
+		if (i != m)
+			wimm_log_writer_poll(w[i]);
 }
 
 static void one(struct wimm_log_writer *w, const unsigned char *buf, size_t len,
@@ -229,6 +243,7 @@ int log_bench_main(int argc, char **argv)
 		server_up(&tp[i], fabric, 0, 256u << 10);
 	struct log_bench_servers sv = {.fabric = fabric,
 				       .single = tp[0].addr,
+				       .shared = tp[0].shared_addr,
 				       .ensemble = {tp[1].addr, tp[2].addr, tp[3].addr}};
 	log_bench_tput(&sv, tput_entries, tput_rounds);
 	for (int i = 0; i < 4; i++)
@@ -237,15 +252,19 @@ int log_bench_main(int argc, char **argv)
 	server_up(&lat, fabric, spin, 0);
 	server_pid = lat.pid;
 	const char *addr = lat.addr;
-	/* Two writers, each a context of its own: one write-with-imm per
-	 * append, and the baseline of write + separate send. */
-	struct wimm_ctx *ctx[2];
-	struct wimm_log_writer *w[2];
-	for (int m = 0; m < 2; m++) {
+	/* Three writers, each a context of its own: one write-with-imm per
+	 * append into a ring of its own, the baseline of write + separate send,
+	 * and the shared ring (a fetch-and-add for the place, then the
+	 * write-with-imm). */
+	struct wimm_ctx *ctx[NMETHODS];
+	struct wimm_log_writer *w[NMETHODS];
+	static const unsigned method_flags[NMETHODS] = {0, WIMM_LOG_WRITER_SEND_NOTICE,
+							WIMM_LOG_WRITER_SHARED};
+	for (int m = 0; m < NMETHODS; m++) {
 		ctx[m] = bench_ctx(fabric, spin, 0);
 		struct wimm_log_writer_attr a = {.id = 0xbe0c0 + (uint64_t)m,
-						 .flags = m ? WIMM_LOG_WRITER_SEND_NOTICE : 0};
-		int rc = wimm_log_writer_open(ctx[m], addr, &a, &w[m]);
+						 .flags = method_flags[m]};
+		int rc = wimm_log_writer_open(ctx[m], m == 2 ? lat.shared_addr : addr, &a, &w[m]);
 		if (rc)
 			cli_fail(ctx[m], rc, "log bench: writer");
 	}
@@ -253,24 +272,23 @@ int log_bench_main(int argc, char **argv)
 	if (!buf)
 		cli_die("out of memory");
 	log_gen_fill(buf, sizes[NSIZES - 1], 1, 1);
-	struct samples s[NSIZES][2][2] = {0}; /* size, level, method */
+	struct samples s[NSIZES][2][NMETHODS] = {0}; /* size, level, method */
 	for (unsigned r = 0; r < rounds; r++)
 		for (int z = 0; z < NSIZES; z++)
-			for (int m = 0; m < 2; m++) {
-				/* The other writer is polled between appends (outside
-				 * the timing), so its heartbeats keep it alive. */
-				struct wimm_log_writer *idle = w[1 - m];
+			for (int m = 0; m < NMETHODS; m++) {
+				/* The other writers are polled between appends (outside
+				 * the timing), so their heartbeats keep them alive. */
 				for (unsigned i = 0; i < iters / 10; i++) { /* warm-up */
 					one(w[m], buf, sizes[z], WIMM_LOG_VISIBLE, NULL);
-					wimm_log_writer_poll(idle);
+					poll_others(w, m);
 				}
 				for (unsigned i = 0; i < iters; i++) {
 					one(w[m], buf, sizes[z], WIMM_LOG_VISIBLE, &s[z][0][m]);
-					wimm_log_writer_poll(idle);
+					poll_others(w, m);
 				}
 				for (unsigned i = 0; i < dur_iters; i++) {
 					one(w[m], buf, sizes[z], WIMM_LOG_DURABLE, &s[z][1][m]);
-					wimm_log_writer_poll(idle);
+					poll_others(w, m);
 				}
 			}
 	printf("\nwimm log bench: %s, %s, %u rounds interleaved, %u visible + %u durable appends "
@@ -278,20 +296,23 @@ int log_bench_main(int argc, char **argv)
 	       wimm_ctx_fabric(ctx[0]), spin ? "spinning" : "adaptive waits", rounds, iters,
 	       dur_iters);
 	printf("| size | ack | write_imm p50 | p99 | p99.9 | write+send p50 | p99 | p99.9 |"
-	       " ratio p50 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+	       " ratio p50 | shared ring p50 | p99 | p99.9 | ratio p50 |\n"
+	       "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (int z = 0; z < NSIZES; z++)
 		for (int l = 0; l < 2; l++) {
-			struct samples *a = &s[z][l][0], *b = &s[z][l][1];
-			qsort(a->v, a->n, sizeof(uint64_t), cmp_u64);
-			qsort(b->v, b->n, sizeof(uint64_t), cmp_u64);
-			printf("| %zu | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx |\n",
+			struct samples *a = &s[z][l][0], *b = &s[z][l][1], *sh = &s[z][l][2];
+			for (int m = 0; m < NMETHODS; m++)
+				qsort(s[z][l][m].v, s[z][l][m].n, sizeof(uint64_t), cmp_u64);
+			printf("| %zu | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx "
+			       "| %.2f | %.2f | %.2f | %.2fx |\n",
 			       sizes[z], l ? "durable" : "visible", pct(a, .5), pct(a, .99),
 			       pct(a, .999), pct(b, .5), pct(b, .99), pct(b, .999),
-			       pct(b, .5) / pct(a, .5));
-			free(a->v);
-			free(b->v);
+			       pct(b, .5) / pct(a, .5), pct(sh, .5), pct(sh, .99), pct(sh, .999),
+			       pct(sh, .5) / pct(a, .5));
+			for (int m = 0; m < NMETHODS; m++)
+				free(s[z][l][m].v);
 		}
-	for (int m = 0; m < 2; m++) {
+	for (int m = 0; m < NMETHODS; m++) {
 		wimm_log_writer_close(&w[m], 5000);
 		wimm_ctx_close(&ctx[m]);
 	}

@@ -8,14 +8,19 @@
  * longer than the default 5 s, and this measures appends, not liveness. */
 #define LOG_BENCH_LIVENESS_MS 60000
 
-/* Where the throughput's writers go: one server, and three for a ledger. */
+/* Bytes of the benchmark servers' shared ring. */
+#define LOG_BENCH_SHARED_RING (1u << 20)
+
+/* Where the throughput's writers go: one server (its rings per writer, or
+ * its shared ring), and three for a ledger. */
 struct log_bench_servers {
 	const char *fabric;
-	const char *single;
+	const char *single, *shared;
 	const char *ensemble[3];
 };
 
-/* Runs of 1, 8 and 64 writer processes, `total` 1200-byte entries each run,
+/* Runs of 1, 8 and 64 writer processes (a ring each, the shared ring, a
+ * ledger), `total` 1200-byte entries each run,
  * rounds interleaved; prints the table. Call it while this process has
  * opened no context: the writers are forked. */
 void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned rounds);

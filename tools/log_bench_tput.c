@@ -1,6 +1,7 @@
 /* `wimm log bench`'s throughput: 1, 8 and 64 writers, each a separate
- * process, appending 1200-byte entries to one server and to a ledger of
- * E = 3 servers at Qa = 2 on this host. Every writer connects, says it is
+ * process, appending 1200-byte entries to one server (a ring of its own
+ * each, or all into its shared ring, places reserved by fetch-and-add) and
+ * to a ledger of E = 3 servers at Qa = 2 on this host. Every writer connects, says it is
  * ready, and starts on one signal; a run lasts from that signal to the
  * last writer's last entry durable (committed, for the ledger). Rounds are
  * interleaved over the six shapes and every round is printed. */
@@ -37,7 +38,8 @@ static int log_bench_ready(void);
 static void log_bench_done(int rc);
 
 /* One writer process's appends: n entries, then the last one durable. */
-static int child_appends(const char *fabric, const char *addr, uint64_t id, unsigned n)
+static int child_appends(const char *fabric, const char *addr, unsigned flags, uint64_t id,
+			 unsigned n)
 {
 	struct wimm_ctx *ctx;
 	struct wimm_log_writer *w = NULL;
@@ -47,7 +49,7 @@ static int child_appends(const char *fabric, const char *addr, uint64_t id, unsi
 	int rc = wimm_ctx_open(fabric, &tput_ctx_attr, &ctx);
 	if (rc)
 		return rc;
-	struct wimm_log_writer_attr a = {.id = id, .timeout_ms = 60000};
+	struct wimm_log_writer_attr a = {.id = id, .timeout_ms = 60000, .flags = flags};
 	rc = wimm_log_writer_open(ctx, addr, &a, &w);
 	/* Ready even when it failed: the parent counts every writer in. */
 	if (log_bench_ready() == 0)
@@ -115,7 +117,10 @@ static int read_within(int fd, void *buf, size_t len)
 }
 
 /* One run: w writer processes, n entries each; entries per second, or -1. */
-static double run_once(const struct log_bench_servers *sv, int ledger, unsigned w, unsigned n,
+enum target { ONE_SERVER, SHARED_RING, LEDGER, NTARGETS };
+static const char *const target_name[NTARGETS] = {"one server", "shared ring", "ledger E=3 Qa=2"};
+
+static double run_once(const struct log_bench_servers *sv, enum target t, unsigned w, unsigned n,
 		       uint64_t id_base)
 {
 	pid_t pids[64];
@@ -126,8 +131,11 @@ static double run_once(const struct log_bench_servers *sv, int ledger, unsigned 
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			uint64_t id = id_base + i;
-			int rc = ledger ? child_ledger(sv->fabric, sv->ensemble, id, n)
-					: child_appends(sv->fabric, sv->single, id, n);
+			int rc = t == LEDGER ? child_ledger(sv->fabric, sv->ensemble, id, n)
+				 : t == SHARED_RING
+				     ? child_appends(sv->fabric, sv->shared, WIMM_LOG_WRITER_SHARED,
+						     id, n)
+				     : child_appends(sv->fabric, sv->single, 0, id, n);
 			_exit(rc ? 1 : 0);
 		}
 	}
@@ -167,23 +175,23 @@ static int cmp_double(const void *a, const void *b)
 
 void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned rounds)
 {
-	double r[2][NCOUNTS][MAX_ROUNDS];
+	double r[NTARGETS][NCOUNTS][MAX_ROUNDS];
 	if (rounds > MAX_ROUNDS)
 		rounds = MAX_ROUNDS;
 	for (unsigned k = 0; k < rounds; k++)
-		for (int ledger = 0; ledger < 2; ledger++)
+		for (int t = 0; t < NTARGETS; t++)
 			for (size_t c = 0; c < NCOUNTS; c++) {
 				unsigned w = writer_counts[c], n = total / w ? total / w : 1;
 				uint64_t id = 0x70000000ull + ((uint64_t)k << 16) +
-					      ((uint64_t)ledger << 12) + ((uint64_t)c << 8);
-				r[ledger][c][k] = run_once(sv, ledger, w, n, id);
+					      ((uint64_t)t << 12) + ((uint64_t)c << 8);
+				r[t][c][k] = run_once(sv, (enum target)t, w, n, id);
 			}
 	printf("\nthroughput: %u entries of %d B per run split over the writers (separate "
 	       "processes), from the start signal to the last entry durable (ledger: "
 	       "committed at Qa=2 of E=3); %u rounds interleaved, entries/s\n",
 	       total, ENTRY, rounds);
 	printf("| target | writers | median | MB/s | every round |\n|---|---:|---:|---:|---|\n");
-	for (int ledger = 0; ledger < 2; ledger++)
+	for (int t = 0; t < NTARGETS; t++)
 		for (size_t c = 0; c < NCOUNTS; c++) {
 			/* The median of the rounds that completed; every round shown,
 			 * a failed one as such. */
@@ -192,7 +200,7 @@ void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned
 			unsigned ok = 0;
 			for (unsigned k = 0; k < rounds; k++) {
 				size_t used = strlen(all);
-				double v = r[ledger][c][k];
+				double v = r[t][c][k];
 				if (v >= 0)
 					s[ok++] = v;
 				if (v >= 0)
@@ -204,7 +212,7 @@ void log_bench_tput(const struct log_bench_servers *sv, unsigned total, unsigned
 			}
 			qsort(s, ok, sizeof(double), cmp_double);
 			double med = !ok ? 0 : ok % 2 ? s[ok / 2] : (s[ok / 2 - 1] + s[ok / 2]) / 2;
-			const char *target = ledger ? "ledger E=3 Qa=2" : "one server";
+			const char *target = target_name[t];
 			if (ok)
 				printf("| %s | %u | %.0f | %.1f | %s |\n", target, writer_counts[c],
 				       med, med * ENTRY / 1e6, all);
