@@ -55,8 +55,9 @@ static void log_usage(FILE *f)
 	      "        --ledger, the ledger's committed entries from its servers (SEQ from 1)\n"
 	      "truncate  delete the segment files wholly before position POS\n"
 	      "stat    what the server holds and did\n"
-	      "bench   append latency, visible and durable, against write + separate send;\n"
-	      "        throughput of 1, 8 and 64 writers, and of a ledger E=3, Qa=2\n",
+	      "bench   append latency, visible and durable, against write + separate send\n"
+	      "        and the shared ring; throughput of 1, 8 and 64 writers (rings of their\n"
+	      "        own, the shared ring) and of a ledger E=3, Qa=2\n",
 	      f);
 }
 

@@ -93,7 +93,10 @@ uint32_t wimm_log_crc32c(uint32_t crc, const void *data, size_t len);
  * place, or an entry out of its writer's sequence, is refused: its writer
  * gets WIMM_E_DISCONNECTED and wimm_log_writer_reconnect sends again what
  * is not durable. Entries are checked as in a private ring (CRC32C over
- * header and payload, the writer's sequence); what a shared ring gives up
+ * header and payload, the writer's sequence) and must be the writer's own
+ * (the header's id against the connection that rang for the place; a
+ * writer whose entry collides with another's sends again); what a shared
+ * ring gives up
  * is isolation: every writer's window is the whole ring, so a writer that
  * lies can spoil others' entries before they are taken (they are then
  * refused and sent again). Admit only writers you trust to it. */

@@ -11,7 +11,9 @@
  *                   wait, the head skips it after --hole-ms, the late write is
  *                   refused; a place whose writer goes away unwritten
  *   shared_hostile  a bad CRC at a reserved place, an entry behind the head,
- *                   a reservation the fabric's atomics own, a private
+ *                   an entry at another writer's place (with atomics) or at
+ *                   a place not granted (by request), a reservation the
+ *                   fabric's atomics own, a private
  *                   writer's hello on the shared port and the reverse: each
  *                   refused, nothing of theirs kept, honest writers go on */
 #include <signal.h>
@@ -96,6 +98,7 @@ struct raw {
 	struct wimm_mr *buf_mr, *win_mr;
 	struct log_resume res;
 	struct log_error err;
+	uint64_t id;
 	uint32_t grant;
 	int faa_done;
 };
@@ -145,6 +148,7 @@ static int raw_connect(struct raw *r, int port, uint64_t id, uint16_t role, int 
 {
 	char addr[64];
 	memset(r, 0, sizeof(*r));
+	r->id = id;
 	test_addr(addr, sizeof(addr), port);
 	log_hello_encode(r->buf, &(struct log_hello){.role = role, .id = id});
 	if (wimm_ctx_open(fabric, NULL, &r->ctx) ||
@@ -201,6 +205,7 @@ static int raw_write(struct raw *r, uint64_t place, uint32_t len, uint64_t seq, 
 	log_put32(p, len);
 	log_put32(p + 4, LOG_SH_MAGIC);
 	log_put64(p + 8, seq);
+	log_put64(p + 16, r->id);
 	memset(p + LOG_SH_HDR, 'r', len);
 	log_put32(p + LOG_SH_HDR + len,
 		  wimm_log_crc32c(0, p, LOG_SH_HDR + len) ^ (bad_crc ? 1u : 0u));
@@ -322,6 +327,33 @@ int test_shared_hostile(void)
 	CHECK(raw_write(&r, 0, 16, 1, 0) == 0, "post");
 	CHECK(expect_refusal(&r, LOG_ERR_SKIPPED, "an entry behind the head") == 0, "behind");
 	raw_close(&r);
+	/* An entry at a place this writer did not get. With atomics: it
+	 * holds a place of its own unwritten (the head waits there) and writes
+	 * at the next one, which the next honest writer then reserves and
+	 * writes over: the two completions collide (the honest writer sends
+	 * again), and when the head reaches the place the bytes there are not
+	 * the raw writer's (refused, skipped as a hole). By request: the
+	 * server knows the grants and refuses it at once. */
+	CHECK(raw_open(&r, srv.shared_port, 65) == 0, "raw");
+	if (!(r.res.flags & LOG_RESUME_BY_REQUEST)) {
+		CHECK(raw_reserve(&r, 256, &at) == 0, "reserve");
+		CHECK(raw_write(&r, at + 256, 64, 1, 0) == 0, "post");
+		CHECK(writer_start(&w, srv.shared_port, 4, 40, "1-2000", "--shared") == 0 &&
+			  proc_wait(&w, scaled_ms(60000)) == 0,
+		      "honest writer 4 after a collision: %s", w.errtext);
+		CHECK(raw_await(&r, LOG_K_ERROR, 15000) == 0 && r.err.code == LOG_ERR_SKIPPED,
+		      "the raw writer at another's place: code %u, expected %u", r.err.code,
+		      LOG_ERR_SKIPPED);
+	} else {
+		/* Ahead of the head: the grants so far end at the resume's base. */
+		CHECK(raw_write(&r, r.res.base + 4096, 64, 1, 0) == 0, "post");
+		CHECK(expect_refusal(&r, LOG_ERR_BOUNDS, "an entry at a place not granted") == 0,
+		      "ungranted");
+		CHECK(writer_start(&w, srv.shared_port, 4, 40, "1-2000", "--shared") == 0 &&
+			  proc_wait(&w, scaled_ms(60000)) == 0,
+		      "honest writer 4: %s", w.errtext);
+	}
+	raw_close(&r);
 	/* A reservation the server must not grant: on a fabric with atomics the
 	 * tail word is the atomics'; by request, a second one before the first
 	 * is written. */
@@ -358,10 +390,10 @@ int test_shared_hostile(void)
 	v->max = 2000;
 	int rc = verify_log(port, v);
 	if (!rc)
-		rc = check_counts(v, 3, 40);
+		rc = check_counts(v, 4, 40);
 	free(v);
-	CHECK(stat_of(port, &st) == 0 && st.entries == 120 && st.holes >= 1 && st.late >= 1,
-	      "the log holds %llu entries (120), %llu holes, %u late",
+	CHECK(stat_of(port, &st) == 0 && st.entries == 160 && st.holes >= 1 && st.late >= 1,
+	      "the log holds %llu entries (160), %llu holes, %u late",
 	      (unsigned long long)st.entries, (unsigned long long)st.holes, st.late);
 	proc_drain(&srv);
 	CHECK(strstr(srv.errtext, "bad CRC32C") && strstr(srv.errtext, "skipped"),
@@ -369,8 +401,8 @@ int test_shared_hostile(void)
 	kill(srv.pid, SIGTERM);
 	CHECK(proc_wait(&srv, 10000) == 0, "server exit: %s", srv.errtext);
 	printf("shared_hostile (%s): a bad CRC32C at a reserved place, an entry behind the "
-	       "head, a reservation not to grant and hellos on the wrong port refused; 120 "
-	       "honest entries kept, nothing else\n",
+	       "head, an entry at a place not its own, a reservation not to grant and hellos on "
+	       "the wrong port refused; 160 honest entries kept, nothing else\n",
 	       by_request ? "granted by the server" : "fetch-and-add");
 	return rc;
 }

@@ -144,11 +144,12 @@ struct log_rec {
 #define LOG_SHARED_TAIL 0
 #define LOG_SHARED_LIMIT 8
 #define LOG_SHARED_CTL 64
-/* An entry: a 16-byte header {len:32, flags:32, seq:64}, the payload, the
- * CRC32C of header and payload, padded to 16 bytes. PAD covers a
- * reservation that would cross the ring's end: len is its extent and
- * nothing follows the header. */
-#define LOG_SH_HDR 16u
+/* An entry: a 24-byte header {len:32, flags:32, seq:64, writer id:64},
+ * the payload, the CRC32C of header and payload, padded to 16 bytes. PAD
+ * covers a reservation that would cross the ring's end: its 16 bytes say
+ * {extent, flags} and nothing else counts. */
+#define LOG_SH_HDR 24u
+#define LOG_SH_PAD_LEN 16u
 #define LOG_SH_MAGIC 0x57480000u /* "WH" in the flags' upper half */
 #define LOG_SH_PAD 1u
 #define LOG_SH_MASK 0xfffffffu

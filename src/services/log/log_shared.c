@@ -94,8 +94,7 @@ int log_shared_open(struct wimm_log_server *s, const char *addr, uint32_t ring, 
 		return WIMM_E_NOMEM;
 	publish_limit(h);
 	/* Readable for the limit word; atomics where the fabric has them (by
-	 * request no peer may touch the tail word but with plain writes the
-	 * server ignores). */
+	 * request the server keeps the tail itself and never reads the word). */
 	unsigned access = WIMM_REMOTE_WRITE | WIMM_REMOTE_READ;
 	if (!h->by_request)
 		access |= WIMM_REMOTE_ATOMIC;
@@ -199,8 +198,11 @@ static void take_entry_doorbell(struct sconn *k, uint32_t unit)
 	}
 	uint64_t *o = &h->owner[(place % h->ring) / 16];
 	if (*o) {
-		/* Two completions at one place: one of the writers lied. */
-		log_server_refuse(k, LOG_ERR_BOUNDS, place, 0);
+		/* Two completions at one place: one of the writers lied, which
+		 * one is not known. This one sends again (the other entry is
+		 * checked when the head reaches it). */
+		h->late++;
+		log_server_refuse(k, LOG_ERR_SKIPPED, place, k->expect_seq);
 		return;
 	}
 	*o = owner_of(k);
@@ -215,7 +217,8 @@ static void take_wait(struct sconn *k, uint32_t unit)
 	struct log_shared *h = k->s->sh;
 	uint64_t place = place_of(h, unit, (uint64_t)LOG_SH_MASK * 16);
 	if (place == UINT64_MAX) {
-		log_server_refuse(k, LOG_ERR_PROTO, 0, 0);
+		/* The head is past it: that place was skipped. */
+		log_server_refuse(k, LOG_ERR_SKIPPED, (uint64_t)unit * 16, k->expect_seq);
 		return;
 	}
 	if (place < h->waiting)
@@ -277,6 +280,13 @@ static uint32_t check_entry(struct wimm_log_server *s, uint64_t owner, uint64_t 
 		uint32_t ext = log_sh_extent(l);
 		if (ext <= h->ring - off &&
 		    wimm_log_crc32c(0, p, LOG_SH_HDR + l) == log_get32(p + LOG_SH_HDR + l)) {
+			/* Whole, but whose? Another member's entry at this place
+			 * means one of the two lied about the place. */
+			size_t wi = (size_t)(owner & 0xffffff) - 1;
+			if (log_get64(p + 16) != log_store_writer_at(s->st, wi)->id) {
+				refuse_owner(s, owner, LOG_ERR_SKIPPED, h->head, *seq);
+				return 0;
+			}
 			*payload = p + LOG_SH_HDR;
 			*len = l;
 			return ext;

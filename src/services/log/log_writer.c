@@ -140,10 +140,14 @@ static void take_events(struct wimm_log_writer *w, const struct wimm_event *ev, 
 			struct log_error le;
 			log_error_decode(w->win + LOG_ERROR_OFF, &le);
 			log_error_text(&le, w->err, sizeof(w->err));
-			/* A skipped shared entry is sent again by a reconnect. */
-			w->broken = le.code == LOG_ERR_FENCED	 ? WIMM_E_REFUSED
-				    : le.code == LOG_ERR_SKIPPED ? WIMM_E_DISCONNECTED
-								 : WIMM_E_PROTO;
+			/* A shared entry skipped, or spoiled in the ring by another
+			 * member (its CRC was right when it left), is sent again
+			 * by a reconnect. */
+			int resend =
+			    le.code == LOG_ERR_SKIPPED || (w->shared && le.code == LOG_ERR_CRC);
+			w->broken = le.code == LOG_ERR_FENCED ? WIMM_E_REFUSED
+				    : resend		      ? WIMM_E_DISCONNECTED
+							      : WIMM_E_PROTO;
 			if (w->attr.log)
 				w->attr.log(w->attr.log_arg, WIMM_LOG_ERROR, w->err);
 		}
@@ -440,8 +444,8 @@ static int shared_post(struct wimm_log_writer *w, const struct pend *p, int64_t 
 		log_put32(h, p->wire);
 		log_put32(h + 4, LOG_SH_MAGIC | LOG_SH_PAD);
 		log_put64(h + 8, 0);
-		rc = wimm_write_imm(w->conn, w->aux_mr, AUX_PAD, LOG_SHARED_CTL + off, LOG_SH_HDR,
-				    imm, WIMM_F_WAIT);
+		rc = wimm_write_imm(w->conn, w->aux_mr, AUX_PAD, LOG_SHARED_CTL + off,
+				    LOG_SH_PAD_LEN, imm, WIMM_F_WAIT);
 		if (rc)
 			return rc == WIMM_E_DISCONNECTED ? gave_up(w, rc, "") : rc;
 	}
@@ -466,6 +470,7 @@ static int shared_append(struct wimm_log_writer *w, unsigned char *p, const void
 	log_put32(p, (uint32_t)len);
 	log_put32(p + 4, LOG_SH_MAGIC);
 	log_put64(p + 8, w->next_seq);
+	log_put64(p + 16, w->attr.id);
 	if (len)
 		memcpy(p + LOG_SH_HDR, data, len);
 	log_put32(p + LOG_SH_HDR + len, wimm_log_crc32c(0, p, LOG_SH_HDR + len));
