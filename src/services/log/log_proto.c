@@ -215,8 +215,9 @@ static const struct {
     {LOG_ERR_FENCED, "fenced: a newer writer (epoch %llu) recovered this ledger; this "
 		     "writer's epoch is %llu"},
     {LOG_ERR_TRUNCATED, "position %llu was truncated: the log keeps positions from %llu on"},
-    {LOG_ERR_SKIPPED, "shared ring: the entry at place %llu came after the head had skipped "
-		      "it, or out of this writer's sequence (expected seq %llu): reconnect"},
+    {LOG_ERR_SKIPPED, "shared ring: the entry at place %llu was not taken (its place was "
+		      "skipped or holds another writer's entry, or it is out of this writer's "
+		      "sequence, expected seq %llu): send it again"},
 };
 
 void log_error_text(const struct log_error *e, char *buf, size_t len)
