@@ -65,6 +65,7 @@ struct wimm_conn {
 
 	/* Liveness: what was last seen of the peer, and when. */
 	int64_t since_ns; /* set-up began / last sign of life */
+	int64_t born_ns;  /* set-up began: the first heartbeat is due half a period later */
 	int64_t hb_sent_ns;
 	uint64_t seen_credit, seen_hb;
 

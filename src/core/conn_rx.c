@@ -26,8 +26,8 @@ static int64_t liveness_ns(const struct wimm_conn *c)
 
 void conn_rx_init(struct wimm_conn *c)
 {
-	c->since_ns = wimm_coarse_ns();
-	c->hb_sent_ns = 0; /* the first tick sends one, with our period */
+	c->since_ns = c->born_ns = wimm_coarse_ns();
+	c->hb_sent_ns = 0; /* the first one also says our period */
 }
 
 /* ------------------------------------------------------------ dropping */
@@ -333,7 +333,14 @@ void wimm_conn_heartbeat(struct wimm_conn *c, int64_t now_ns)
 	if (c->state != CONN_UP)
 		return;
 	int64_t period = wimm_conn_hb_period_ns(c);
-	if (period && (c->hb_sent_ns == 0 || now_ns - c->hb_sent_ns >= period))
+	if (!period)
+		return;
+	/* The first one half a period after set-up began, not at the first
+	 * tick: ticks come early after a connection comes up (they read the
+	 * peer's request soon), and a connection that lives a few ms sends
+	 * none (a write still in flight when it closes retires a shm lane). */
+	int64_t last = c->hb_sent_ns ? c->hb_sent_ns : c->born_ns - period / 2;
+	if (now_ns - last >= period)
 		send_heartbeat(c, now_ns);
 }
 
