@@ -86,6 +86,19 @@ static unsigned long long parse_num(const char *s, const char *what)
 	return v;
 }
 
+/* parse_num within [lo, hi]; `range` says the bounds in the usage error. */
+static unsigned long long parse_in(const char *s, const char *what, unsigned long long lo,
+				   unsigned long long hi, const char *range)
+{
+	unsigned long long v = parse_num(s, what);
+	if (v < lo || v > hi) {
+		char msg[128];
+		snprintf(msg, sizeof(msg), "%s must be %s", what, range);
+		log_bad("%s", msg);
+	}
+	return v;
+}
+
 void log_cmd_addr(char *buf, size_t len, const char *host, int port)
 {
 	if (strchr(host, ':') && host[0] != '[')
@@ -627,32 +640,26 @@ int log_main(int argc, char **argv)
 		case O_RETAIN:
 			sa.retain = parse_num(optarg, "--retain");
 			break;
-		case O_SHARED_RING: {
-			unsigned long long v = parse_num(optarg, "--shared-ring");
-			if (v < 4096 || v > (64u << 20) || v % 16)
+		case O_SHARED_RING:
+			sa.shared_ring =
+			    (uint32_t)parse_in(optarg, "--shared-ring", 4096, 64u << 20,
+					       "4096..64M, a multiple of 16");
+			if (sa.shared_ring % 16)
 				log_bad("--shared-ring must be 4096..64M, a multiple of 16%s", "");
-			sa.shared_ring = (uint32_t)v;
 			break;
-		}
-		case O_HOLE_MS: {
-			unsigned long long v = parse_num(optarg, "--hole-ms");
-			if (v < 1 || v > 600000)
-				log_bad("--hole-ms must be 1..600000%s", "");
-			sa.hole_ms = (uint32_t)v;
+		case O_HOLE_MS:
+			sa.hole_ms =
+			    (uint32_t)parse_in(optarg, "--hole-ms", 1, 600000, "1..600000");
 			break;
-		}
 		case O_SHARED:
 			ao.shared = 1;
 			if (port == LOG_CMD_DEFAULT_PORT)
 				port = LOG_CMD_DEFAULT_PORT + 1;
 			break;
-		case O_TIMEOUT: {
-			unsigned long long ms = parse_num(optarg, "--timeout");
-			if (ms < 1 || ms > 3600000)
-				log_bad("--timeout must be 1..3600000 ms%s", "");
-			ao.timeout_ms = (int)ms;
+		case O_TIMEOUT:
+			ao.timeout_ms =
+			    (int)parse_in(optarg, "--timeout", 1, 3600000, "1..3600000 ms");
 			break;
-		}
 		case O_FROM:
 			from = parse_num(optarg, "--from");
 			have_from = 1;
