@@ -1,7 +1,7 @@
 /* `wimm kv`: the key-value slot pool service (include/wimm/kv.h).
  *
  *   wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N] [--lease MS]
- *                 [--grant MS] [-v]
+ *                 [--grant MS] [--index SIZE] [-v]
  *   wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]
  *   wimm kv get  [-f FABRIC] HOST[:PORT] KEY
  *   wimm kv del  [-f FABRIC] HOST[:PORT] KEY
@@ -23,7 +23,7 @@
 static void kv_usage(FILE *f)
 {
 	fputs("usage: wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N]\n"
-	      "                     [--lease MS] [--grant MS] [-v]\n"
+	      "                     [--lease MS] [--grant MS] [--index SIZE] [-v]\n"
 	      "       wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]\n"
 	      "       wimm kv get  [-f FABRIC] HOST[:PORT] KEY     (the value on stdout)\n"
 	      "       wimm kv del  [-f FABRIC] HOST[:PORT] KEY\n"
@@ -37,6 +37,9 @@ static void kv_usage(FILE *f)
 	      "  --port P       control port (default 7480); reads use the next port\n"
 	      "  --lease MS     how long a reader may read a looked-up slot (default 1000)\n"
 	      "  --grant MS     how long a granted slot waits for its value (default 10000)\n"
+	      "  --index SIZE   a shared index of SIZE bytes (4K..1G; memory/32 suits):\n"
+	      "                 clients publish by compare-and-swap and get one-sided,\n"
+	      "                 on the port after the reads'; admit trusted clients only\n"
 	      "  --pin          never evict this key\n"
 	      "exit status: 0 done, 1 failed (e.g. \"not found\"), 2 bad usage\n",
 	      f);
@@ -100,7 +103,8 @@ void kv_print_stats(FILE *f, const struct wimm_kv_stats *st)
 		"memory %llu  arena %llu  used %llu  keys %llu  pinned %llu  clients %llu\n"
 		"puts %llu (by send %llu)  gets %llu  hits %llu  deletes %llu  evictions %llu\n"
 		"full %llu  bad_puts %llu  grants_pending %llu  grants_reclaimed %llu  "
-		"grants_expired %llu  retired %llu\n",
+		"grants_expired %llu  retired %llu\n"
+		"index_words %llu  index_pending %llu  foreign_words %llu\n",
 		(unsigned long long)st->memory, (unsigned long long)st->arena,
 		(unsigned long long)st->used, (unsigned long long)st->keys,
 		(unsigned long long)st->pinned, (unsigned long long)st->clients,
@@ -109,7 +113,9 @@ void kv_print_stats(FILE *f, const struct wimm_kv_stats *st)
 		(unsigned long long)st->deletes, (unsigned long long)st->evictions,
 		(unsigned long long)st->full, (unsigned long long)st->bad_puts,
 		(unsigned long long)st->grants_pending, (unsigned long long)st->grants_reclaimed,
-		(unsigned long long)st->grants_expired, (unsigned long long)st->retired);
+		(unsigned long long)st->grants_expired, (unsigned long long)st->retired,
+		(unsigned long long)st->index_words, (unsigned long long)st->index_pending,
+		(unsigned long long)st->foreign_words);
 }
 
 static int kv_serve(int argc, char **argv)
@@ -153,6 +159,10 @@ static int kv_serve(int argc, char **argv)
 			if (kv_parse_size(val, &v) < 0 || v < 10 || v > 600000)
 				bad_usage("bad grant time '%s' (10..600000 ms)", val);
 			attr.grant_ms = (uint32_t)v;
+		} else if (strcmp(o, "--index") == 0) {
+			if (kv_parse_size(val, &v) < 0 || v < 4096 || v > (1ull << 30))
+				bad_usage("bad index size '%s' (4K..1G)", val);
+			attr.index_bytes = (size_t)v;
 		} else {
 			bad_usage("unknown flag '%s'", o);
 		}
@@ -184,6 +194,9 @@ static int kv_serve(int argc, char **argv)
 	printf("wimm kv serve: %s, port %d (reads on the next), %llu bytes in arenas of %llu\n",
 	       attr.fabric, wimm_kv_server_port(s), (unsigned long long)st.memory,
 	       (unsigned long long)st.arena);
+	if (attr.index_bytes)
+		printf("wimm kv serve: shared index of %llu words on port %d\n",
+		       (unsigned long long)st.index_words, wimm_kv_server_index_port(s));
 	fflush(stdout);
 	while (!stop) {
 		rc = wimm_kv_server_run(s, 100);

@@ -47,6 +47,33 @@
  * (control port + 1, or what the server announces), whose window is the
  * whole pool registered with WIMM_REMOTE_READ only.
  *
+ * A shared index (wimm_kv_server_attr.index_bytes, RACE hashing's design):
+ * the server keeps a table of 64-bit words in memory that clients read and
+ * change themselves, over a third connection (index port = control port +
+ * 2, or announced). A word names a key's slot {fingerprint, class, offset,
+ * version}; each key has one, in one of two buckets of 8 words that follow
+ * from its hash, which the server picks when the key is first put.
+ *   - A put takes a grant and writes the slot as above (the server checks
+ *     it and answers, but publishes nothing itself), then publishes it with
+ *     a compare-and-swap of the key's word (on a fabric without atomics,
+ *     libfabric tcp, the server runs the compare-and-swap on request), and
+ *     tells the server, which frees the slot the word named before.
+ *   - A get is one-sided: a read of both buckets, then a read of the slot
+ *     whose fingerprint matches; the key, the version in the word and the
+ *     CRC are checked against what was read. No server CPU, no lease: a
+ *     slot freed and reused under a reader fails the checks, and the get
+ *     reads again.
+ *   - A delete asks the server for the key's word, swaps it to 0 and tells
+ *     the server.
+ * The trade, stated here because it is the caller's to make: every client
+ * may swap any word of the index, so a client can point any key at any
+ * slot or delete it. Readers never return such a value (the key and the
+ * CRC are checked), but they can be made to miss: admit trusted clients
+ * only. Values still land only in their writer's arena. Without LRU
+ * information (gets are one-sided) nothing is evicted: a full arena or a
+ * full pair of buckets fails a put with WIMM_KV_E_FULL. Puts by send
+ * (wimm_kv_put_send) are refused (NOTSUP): the server never publishes.
+ *
  * Messages are encoded little-endian with explicit field widths.
  *
  * Thread safety: a server and a client each own a wimm context; each must
@@ -110,6 +137,10 @@ struct wimm_kv_stats {
 	uint64_t retired;	   /* old slots waiting for reader leases to end */
 	uint64_t send_puts;	   /* puts that came as send_imm (the second design) */
 	uint64_t grants_expired;   /* grants revoked: not written within grant_ms */
+	/* The shared index (all 0 without one). */
+	uint64_t index_words;	/* words in the index */
+	uint64_t index_pending; /* values written and checked, not yet swapped in */
+	uint64_t foreign_words; /* words found naming a slot not granted for their key */
 };
 
 /* ------------------------------------------------------------------ server */
@@ -135,6 +166,11 @@ struct wimm_kv_server_attr {
 	 * buffers. 0 = 16 KiB; at most 1 MiB. */
 	uint32_t send_put_max;
 	uint32_t liveness_ms; /* wimm_ctx_attr.liveness_ms; 0: the core's default */
+	/* Bytes of a shared index (see above; rounded down to a power of two
+	 * of 64-byte buckets, at least 4 KiB, at most 1 GiB); 0: none. With
+	 * one, memory may be at most 64 GiB. Two words per slot of 256 B
+	 * (memory / 32) leave the buckets room enough. */
+	size_t index_bytes;
 	/* wimm_ctx_attr.flags; WIMM_CTX_POLLING also makes the server spin
 	 * (WIMM_WAIT_SPIN). Otherwise it sleeps at once (WIMM_WAIT_BLOCK: on
 	 * a loaded host spinning first takes the core from the peer), except
@@ -154,6 +190,9 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 
 /* The control port (the read port is announced to clients). */
 int wimm_kv_server_port(const struct wimm_kv_server *s);
+/* The shared index's port (control port + 2, or any free port for port 0);
+ * INVAL without an index. */
+int wimm_kv_server_index_port(const struct wimm_kv_server *s);
 
 /* Serve: accept clients, answer requests, publish completed puts, reclaim
  * what departed clients held, free retired slots whose leases ended. Waits
@@ -195,9 +234,14 @@ void wimm_kv_close(struct wimm_kv_client **c);
 /* Put value[0..len) under key[0..klen): grant, one write_imm, publish.
  * Returns 0 once the value is published (a get anywhere then sees it).
  * Errors: INVAL (empty or too long key), TOOBIG (len above the largest
- * slot less the header), WIMM_KV_E_FULL, WIMM_KV_E_CORRUPT (the server
- * refused the write), TIMEDOUT, DISCONNECTED. A put that fails publishes
- * nothing: the key keeps its previous value. */
+ * slot less the header; beside a shared index less the key too),
+ * WIMM_KV_E_FULL (beside an index also: the key's two buckets are full),
+ * WIMM_KV_E_CORRUPT (the server refused the write), WIMM_KV_E_EXPIRED
+ * (beside an index: the swap did not succeed within 3/4 of the server's
+ * grant_ms, other puts of the key swapping first), TIMEDOUT, DISCONNECTED.
+ * A put that fails publishes nothing: the key keeps its previous value
+ * (beside an index, a swap that timed out or lost its connection may have
+ * landed, as any request whose answer was lost). */
 int wimm_kv_put(struct wimm_kv_client *c, const void *key, size_t klen, const void *value,
 		size_t len, unsigned flags);
 
@@ -219,7 +263,7 @@ int wimm_kv_put_commit(struct wimm_kv_client *c);
  * into the server's receive buffer and the server copies it into a slot
  * (no grant round trip, one copy, the server sees the bytes before they
  * reach the pool). len up to the server's send_put_max. Errors as
- * wimm_kv_put; TOOBIG above send_put_max. */
+ * wimm_kv_put; TOOBIG above send_put_max; NOTSUP beside a shared index. */
 int wimm_kv_put_send(struct wimm_kv_client *c, const void *key, size_t klen, const void *value,
 		     size_t len, unsigned flags);
 

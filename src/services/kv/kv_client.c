@@ -1,44 +1,18 @@
 /* wimm_kv client: synchronous requests on the control connection, value
- * writes into granted slots, checked one-sided reads. */
+ * writes into granted slots, checked one-sided reads. The shared index's
+ * paths are in kv_client_index.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "kv_internal.h"
-
-#define GET_TRIES 16
-
-struct wimm_kv_client {
-	struct wimm_ctx *ctx;
-	struct wimm_conn *ctl, *rd;
-	unsigned char *buf, *msg; /* a slot image (puts and reads); requests */
-	struct wimm_mr *buf_mr, *msg_mr;
-	size_t msg_len;
-	uint32_t seq, lease_ms, max_slot, send_put_max;
-	int timeout_ms;
-	enum wimm_wait_mode wait_mode;
-	uint64_t retries;
-	int dead; /* the server went away: every call fails now */
-	/* a put between begin and commit */
-	int begun;
-	uint32_t gid, hash, len;
-	unsigned order;
-	uint64_t off, version;
-	/* what the last wait found */
-	unsigned char reply[KV_CLIENT_RECV];
-	uint32_t reply_len;
-	int read_done, read_status;
-};
+#include "kv_client.h"
 
 static uint64_t now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return kv_now_ns();
 }
 
-/* Wait for the reply with imm `want` (or, want 0, for the read). */
-static int wait_for(struct wimm_kv_client *c, uint32_t want)
+int kv_cl_wait(struct wimm_kv_client *c, uint32_t want)
 {
 	struct wimm_event ev[16];
 	uint64_t deadline = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
@@ -62,11 +36,14 @@ static int wait_for(struct wimm_kv_client *c, uint32_t want)
 				c->reply_len = e->len < KV_CLIENT_RECV ? e->len : KV_CLIENT_RECV;
 				memcpy(c->reply, e->data, c->reply_len);
 				found = 1;
-			} else if (e->conn == c->rd && e->op == WIMM_OP_READ &&
-				   (e->type == WIMM_EV_SEND_DONE || e->type == WIMM_EV_ERROR)) {
-				c->read_done = 1;
-				c->read_status = e->type == WIMM_EV_ERROR ? e->status : 0;
-				found |= want == 0;
+			} else if ((e->conn == c->rd || (c->ix && e->conn == c->ix)) &&
+				   (e->op == WIMM_OP_READ || e->op == WIMM_OP_CMP_SWAP) &&
+				   (e->type == WIMM_EV_SEND_DONE || e->type == WIMM_EV_ERROR) &&
+				   c->ops_pending > 0) {
+				c->ops_pending--;
+				if (e->type == WIMM_EV_ERROR && c->ops_status == 0)
+					c->ops_status = e->status;
+				found |= want == 0 && c->ops_pending == 0;
 			}
 		}
 		if (found)
@@ -78,7 +55,24 @@ static int wait_for(struct wimm_kv_client *c, uint32_t want)
 
 /* Send the request in c->msg[0..len) and wait for its answer; returns the
  * answer's status (its first field). */
-static int call(struct wimm_kv_client *c, enum kv_op op, size_t len)
+int kv_cl_read(struct wimm_kv_client *c, struct wimm_conn *conn, struct wimm_mr *mr, size_t dst_off,
+	       size_t src_off, size_t len)
+{
+	int rc = wimm_read(conn, mr, dst_off, src_off, len, WIMM_F_SIGNAL | WIMM_F_WAIT);
+	c->ops_pending += rc == 0;
+	return rc;
+}
+
+int kv_cl_await(struct wimm_kv_client *c)
+{
+	int rc = kv_cl_wait(c, 0);
+	if (rc == 0)
+		rc = c->ops_status;
+	c->ops_status = 0;
+	return rc;
+}
+
+int kv_cl_call(struct wimm_kv_client *c, enum kv_op op, size_t len)
 {
 	if (c->dead)
 		return WIMM_E_DISCONNECTED;
@@ -87,7 +81,7 @@ static int call(struct wimm_kv_client *c, enum kv_op op, size_t len)
 	int rc = wimm_send_imm(c->ctl, c->msg_mr, 0, len, imm, WIMM_F_WAIT);
 	if (rc < 0)
 		return rc;
-	rc = wait_for(c, imm);
+	rc = kv_cl_wait(c, imm);
 	if (rc < 0)
 		return rc;
 	if (c->reply_len < 4)
@@ -95,7 +89,7 @@ static int call(struct wimm_kv_client *c, enum kv_op op, size_t len)
 	return (int32_t)kv_get32(c->reply);
 }
 
-static size_t put_key(struct wimm_kv_client *c, size_t off, const void *key, size_t klen)
+size_t kv_cl_put_key(struct wimm_kv_client *c, size_t off, const void *key, size_t klen)
 {
 	kv_put16(c->msg + off, (uint16_t)klen);
 	memcpy(c->msg + off + 2, key, klen);
@@ -115,7 +109,7 @@ static int call_retry_busy(struct wimm_kv_client *c, enum kv_op op, size_t len)
 {
 	uint64_t give_up = now_ns() + ((uint64_t)c->lease_ms * 2 + 1000) * 1000000u;
 	for (;;) {
-		int rc = call(c, op, len);
+		int rc = kv_cl_call(c, op, len);
 		if (rc != WIMM_KV_E_BUSY || now_ns() > give_up)
 			return rc == WIMM_KV_E_BUSY ? WIMM_KV_E_FULL : rc;
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
@@ -128,12 +122,14 @@ int wimm_kv_put_begin(struct wimm_kv_client *c, const void *key, size_t klen, si
 	int rc = check_key(c, key, klen);
 	if (rc < 0 || !buf || c->begun || (flags & ~(unsigned)WIMM_KV_PIN))
 		return WIMM_E_INVAL;
-	int order = kv_class_of(len);
+	/* Beside a shared index the slot holds the key before the value. */
+	size_t kpart = c->ix ? klen : 0;
+	int order = len > WIMM_KV_MAX_SLOT ? -1 : kv_class_of(len + kpart);
 	if (order < 0 || ((size_t)WIMM_KV_MIN_SLOT << order) > c->max_slot)
 		return WIMM_E_TOOBIG;
 	kv_put32(c->msg, (uint32_t)len);
 	kv_put32(c->msg + 4, flags);
-	rc = call_retry_busy(c, KV_OP_PUT, put_key(c, 8, key, klen));
+	rc = call_retry_busy(c, KV_OP_PUT, kv_cl_put_key(c, 8, key, klen));
 	if (rc < 0)
 		return rc;
 	if (c->reply_len < 24)
@@ -141,11 +137,15 @@ int wimm_kv_put_begin(struct wimm_kv_client *c, const void *key, size_t klen, si
 	c->gid = kv_get32(c->reply + 4);
 	c->off = kv_get64(c->reply + 8);
 	c->version = kv_get64(c->reply + 16);
+	if (c->ix && (rc = kv_cl_ix_granted(c)) < 0)
+		return rc;
 	c->hash = kv_key_hash(key, klen);
-	c->len = (uint32_t)len;
+	c->len = (uint32_t)(len + kpart);
+	c->klen = (uint32_t)kpart;
 	c->order = (unsigned)order;
 	c->begun = 1;
-	*buf = c->buf + WIMM_KV_HEADER;
+	memcpy(c->buf + WIMM_KV_HEADER, key, kpart);
+	*buf = c->buf + WIMM_KV_HEADER + kpart;
 	return 0;
 }
 
@@ -156,15 +156,19 @@ int wimm_kv_put_commit(struct wimm_kv_client *c)
 	c->begun = 0;
 	struct kv_hdr h = {.len = c->len, .version = c->version, .khash = c->hash};
 	kv_hdr_encode(c->buf, &h, c->buf + WIMM_KV_HEADER);
+	kv_put32(c->buf + KV_HDR_KLEN, c->klen);
 	/* The one write: header and value, the doorbell names the grant. */
+	c->t_write = now_ns();
 	int rc = wimm_write_imm(c->ctl, c->buf_mr, 0, c->off, WIMM_KV_HEADER + c->len,
 				KV_WIMM(c->gid, c->hash, c->order), WIMM_F_WAIT);
 	if (rc < 0)
 		return rc;
-	rc = wait_for(c, KV_IMM(KV_OP_DONE, c->gid));
+	rc = kv_cl_wait(c, KV_IMM(KV_OP_DONE, c->gid));
 	if (rc < 0)
 		return rc;
-	return c->reply_len < 4 ? WIMM_E_PROTO : (int32_t)kv_get32(c->reply);
+	rc = c->reply_len < 4 ? WIMM_E_PROTO : (int32_t)kv_get32(c->reply);
+	/* Checked by the server: now the client publishes it itself. */
+	return rc == 0 && c->ix ? kv_cl_ix_publish(c) : rc;
 }
 
 int wimm_kv_put(struct wimm_kv_client *c, const void *key, size_t klen, const void *value,
@@ -187,11 +191,13 @@ int wimm_kv_put_send(struct wimm_kv_client *c, const void *key, size_t klen, con
 	int rc = check_key(c, key, klen);
 	if (rc < 0 || (!value && len) || (flags & ~(unsigned)WIMM_KV_PIN))
 		return WIMM_E_INVAL;
+	if (c->ix)
+		return WIMM_E_NOTSUP; /* a shared index's server publishes nothing itself */
 	if (len > c->send_put_max || kv_class_of(len) < 0)
 		return WIMM_E_TOOBIG;
 	kv_put32(c->msg, (uint32_t)len);
 	kv_put32(c->msg + 4, flags);
-	size_t off = put_key(c, 8, key, klen);
+	size_t off = kv_cl_put_key(c, 8, key, klen);
 	if (len)
 		memcpy(c->msg + off, value, len);
 	return call_retry_busy(c, KV_OP_SPUT, off + len);
@@ -203,10 +209,12 @@ int wimm_kv_get(struct wimm_kv_client *c, const void *key, size_t klen, void *bu
 	int rc = check_key(c, key, klen);
 	if (rc < 0 || !len || (!buf && cap))
 		return WIMM_E_INVAL;
+	if (c->ix)
+		return kv_cl_ix_get(c, key, klen, buf, cap, len);
 	uint32_t hash = kv_key_hash(key, klen);
-	for (int attempt = 0; attempt < GET_TRIES; attempt++) {
+	for (int attempt = 0; attempt < KV_GET_TRIES; attempt++) {
 		uint64_t t0 = now_ns();
-		rc = call(c, KV_OP_GET, put_key(c, 0, key, klen));
+		rc = kv_cl_call(c, KV_OP_GET, kv_cl_put_key(c, 0, key, klen));
 		if (rc < 0)
 			return rc;
 		if (c->reply_len < 24)
@@ -215,16 +223,9 @@ int wimm_kv_get(struct wimm_kv_client *c, const void *key, size_t klen, void *bu
 		uint64_t off = kv_get64(c->reply + 8), version = kv_get64(c->reply + 16);
 		if (vlen > c->max_slot - WIMM_KV_HEADER)
 			return WIMM_E_PROTO;
-		c->read_done = 0;
-		rc = wimm_read(c->rd, c->buf_mr, 0, off, WIMM_KV_HEADER + vlen,
-			       WIMM_F_SIGNAL | WIMM_F_WAIT);
-		if (rc < 0)
+		rc = kv_cl_read(c, c->rd, c->buf_mr, 0, off, WIMM_KV_HEADER + vlen);
+		if (rc < 0 || (rc = kv_cl_await(c)) < 0)
 			return rc;
-		rc = wait_for(c, 0);
-		if (rc < 0)
-			return rc;
-		if (c->read_status < 0)
-			return c->read_status;
 		/* Re-check the lease after the transfer: past it, the slot may
 		 * have been freed and rewritten while we read (2 ms margin for
 		 * the server's millisecond clock). */
@@ -250,7 +251,9 @@ int wimm_kv_del(struct wimm_kv_client *c, const void *key, size_t klen)
 	int rc = check_key(c, key, klen);
 	if (rc < 0)
 		return rc;
-	return call(c, KV_OP_DEL, put_key(c, 0, key, klen));
+	if (c->ix)
+		return kv_cl_ix_del(c, key, klen);
+	return kv_cl_call(c, KV_OP_DEL, kv_cl_put_key(c, 0, key, klen));
 }
 
 int wimm_kv_stat(struct wimm_kv_client *c, struct wimm_kv_stats *out)
@@ -258,7 +261,7 @@ int wimm_kv_stat(struct wimm_kv_client *c, struct wimm_kv_stats *out)
 	uint64_t f[KV_STAT_FIELDS];
 	if (!c || !out)
 		return WIMM_E_INVAL;
-	int rc = call(c, KV_OP_STAT, 0);
+	int rc = kv_cl_call(c, KV_OP_STAT, 0);
 	if (rc < 0)
 		return rc;
 	if (c->reply_len < 4 + 8 * KV_STAT_FIELDS)
@@ -316,20 +319,26 @@ int wimm_kv_connect(const char *addr, const struct wimm_kv_client_attr *attr,
 	rc = wimm_connect(c->ctx, addr, &cta, c->timeout_ms, &c->ctl);
 	if (rc < 0)
 		goto fail;
-	rc = wait_for(c, KV_IMM(KV_OP_HELLO, 0));
+	rc = kv_cl_wait(c, KV_IMM(KV_OP_HELLO, 0));
 	if (rc == WIMM_E_TIMEDOUT || rc == WIMM_E_DISCONNECTED)
 		rc = WIMM_E_PROTO; /* something that is not a kv server */
 	if (rc < 0)
 		goto fail;
 	rc = WIMM_E_PROTO;
-	if (c->reply_len < 28 || kv_get32(c->reply) != KV_PROTO_VERSION)
+	if (c->reply_len < KV_HELLO_LEN || kv_get32(c->reply) != KV_PROTO_VERSION)
 		goto fail;
 	c->lease_ms = kv_get32(c->reply + 4);
 	c->max_slot = kv_get32(c->reply + 8);
 	uint32_t rport = kv_get32(c->reply + 12);
 	c->send_put_max = kv_get32(c->reply + 24);
+	c->grant_ms = kv_get32(c->reply + 44);
+	uint32_t iport = kv_get32(c->reply + 32);
+	c->ix_buckets = kv_get32(c->reply + 36);
+	c->ix_flags = kv_get32(c->reply + 40);
 	if (c->lease_ms < 10 || c->max_slot < WIMM_KV_MIN_SLOT || c->max_slot > WIMM_KV_MAX_SLOT ||
-	    rport == 0 || rport > 65535 || c->send_put_max > WIMM_KV_MAX_SLOT)
+	    rport == 0 || rport > 65535 || c->send_put_max > WIMM_KV_MAX_SLOT || c->grant_ms < 10 ||
+	    iport > 65535 ||
+	    (iport && (c->ix_buckets < 2 || (c->ix_buckets & (c->ix_buckets - 1)))))
 		goto fail;
 	snprintf(raddr, sizeof(raddr), "%.*s:%u", (int)(colon - addr), addr, rport);
 	struct wimm_conn_attr rda = {.rx_depth = 4};
@@ -348,6 +357,12 @@ int wimm_kv_connect(const char *addr, const struct wimm_kv_client_attr *attr,
 	rc = wimm_mr_reg(c->ctx, c->msg, c->msg_len, WIMM_LOCAL, &c->msg_mr);
 	if (rc < 0)
 		goto fail;
+	if (iport) {
+		snprintf(raddr, sizeof(raddr), "%.*s:%u", (int)(colon - addr), addr, iport);
+		rc = kv_cl_ix_connect(c, raddr);
+		if (rc < 0)
+			goto fail;
+	}
 	*out = c;
 	return 0;
 fail:
@@ -360,6 +375,7 @@ void wimm_kv_close(struct wimm_kv_client **cp)
 	struct wimm_kv_client *c = cp ? *cp : NULL;
 	if (!c)
 		return;
+	kv_cl_ix_close(c);
 	wimm_conn_delete(&c->rd);
 	wimm_conn_delete(&c->ctl);
 	wimm_mr_dereg(&c->buf_mr);

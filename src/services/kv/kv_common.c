@@ -86,6 +86,13 @@ uint64_t kv_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t kv_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ------------------------------------------------------ buddy allocator */
 
 static void list_push(struct kv_buddy *b, int32_t u, unsigned order)

@@ -8,11 +8,20 @@
  *   STAT (c->s) (empty)
  *   SPUT (c->s) u32 len, u32 flags, u16 klen, key, value   (put by send)
  *   HELLO (s->c, seq 0) u32 version, u32 lease_ms, u32 max_slot,
- *                       u32 read_port, u64 arena, u32 send_put_max, u32 id
+ *                       u32 read_port, u64 arena, u32 send_put_max, u32 id,
+ *                       u32 index_port (0: no shared index), u32 index_buckets,
+ *                       u32 index flags (KV_IX_*), u32 grant_ms
  *   PUT reply  i32 status, u32 grant, u64 offset (in the window), u64 version
+ *              and with a shared index: u32 word, u32 0, u64 the word now,
+ *              u64 offset (in the pool)
  *   DONE (s->c, imm = DONE << 24 | grant) i32 status, u64 version
  *   GET reply  i32 status, u32 len, u64 offset (in the pool), u64 version
  *   DEL / SPUT reply i32 status;  STAT reply i32 status, u64 x N counters
+ *   With a shared index:
+ *   DEL reply  i32 status, u32 word, u64 the word now
+ *   CAS  (c->s, fabrics without atomics) u32 word, u32 0, u64 compare, u64 swap
+ *   CAS reply  i32 status, u32 0, u64 the word before
+ *   NOTE (c->s, no reply) u32 word, u32 grant (KV_NOTE_DEL: a delete)
  * The value write: imm = grant:12 | key_hash:15 | class:5.
  */
 #ifndef WIMM_KV_INTERNAL_H
@@ -24,7 +33,7 @@
 
 #include <wimm/kv.h>
 
-#define KV_PROTO_VERSION 1u
+#define KV_PROTO_VERSION 2u
 #define KV_MAGIC 0x3156574bu /* "KWV1" */
 
 enum kv_op {
@@ -35,6 +44,8 @@ enum kv_op {
 	KV_OP_DEL = 5,
 	KV_OP_STAT = 6,
 	KV_OP_SPUT = 7,
+	KV_OP_CAS = 8,
+	KV_OP_NOTE = 9,
 };
 
 #define KV_IMM(op, seq) (((uint32_t)(op) << 24) | ((uint32_t)(seq)&0xffffffu))
@@ -53,7 +64,8 @@ enum kv_op {
 
 #define KV_MSG_MAX (16u + WIMM_KV_MAX_KEY) /* largest request but SPUT */
 #define KV_REPLY_MAX (8u + 8u * 24u)	   /* largest reply (STAT) */
-#define KV_CLIENT_RECV 256u		   /* client's receive buffers */
+#define KV_HELLO_LEN 48u
+#define KV_CLIENT_RECV 256u /* client's receive buffers */
 #define KV_STAT_FIELDS (sizeof(struct wimm_kv_stats) / sizeof(uint64_t))
 
 /* The slot header, little-endian: u32 magic, u32 len, u64 version,
@@ -98,6 +110,73 @@ static inline uint64_t kv_get64(const unsigned char *p)
 	return v;
 }
 
+/* ------------------------------------------------------- shared index */
+
+/* The shared index (RACE hashing's layout, with the placement left to the
+ * server): buckets of KV_IX_WAYS 64-bit words, 64 bytes each, in the
+ * server's memory. A key lives in one word of one of its two buckets; the
+ * server picks the word when the key is first put and tells the putter,
+ * readers search both buckets for the key's fingerprint. A word is
+ *   fingerprint:16 | class:5 | pool offset / 256 : 28 | version:15,
+ * 0 when empty (a fingerprint is never 0). Clients change words only by
+ * compare-and-swap; the server only reads them. */
+#define KV_IX_WAYS 8u
+#define KV_IX_BUCKET (KV_IX_WAYS * 8u)
+#define KV_IX_UNIT_BITS 28u
+#define KV_IX_MAX_POOL ((uint64_t)WIMM_KV_MIN_SLOT << KV_IX_UNIT_BITS) /* 64 GiB */
+#define KV_IX_BY_REQUEST 1u /* no atomics: CAS goes to the server as a request */
+#define KV_IX_BIG_ENDIAN 2u /* the words are in big-endian order */
+#define KV_NOTE_DEL 0xffffffffu
+
+/* A slot in a shared-index server holds [header | key | value]: the
+ * header's len and CRC cover key and value, its last word is klen, so a
+ * reader that found the key's fingerprint can tell the key itself. */
+#define KV_HDR_KLEN 28u
+
+struct kv_ix_place {
+	uint32_t b1, b2; /* the key's two buckets */
+	uint16_t fp;
+};
+static inline struct kv_ix_place kv_ix_place_of(uint32_t khash, uint32_t nbuckets)
+{
+	/* splitmix64 of the hash: the second bucket and the fingerprint must
+	 * not follow from the first bucket's bits. */
+	uint64_t z = (uint64_t)khash + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	struct kv_ix_place p = {.b1 = khash & (nbuckets - 1),
+				.b2 = (uint32_t)(z >> 16) & (nbuckets - 1),
+				.fp = (uint16_t)(z >> 48)};
+	if (p.b2 == p.b1)
+		p.b2 ^= 1;
+	if (p.fp == 0)
+		p.fp = 1;
+	return p;
+}
+static inline uint64_t kv_ix_word(uint16_t fp, unsigned order, uint64_t pool_off, uint64_t version)
+{
+	return (uint64_t)fp << 48 | (uint64_t)(order & 31u) << 43 |
+	       ((pool_off / WIMM_KV_MIN_SLOT) & ((1ull << KV_IX_UNIT_BITS) - 1)) << 15 |
+	       (version & 0x7fffu);
+}
+static inline uint16_t kv_ix_fp(uint64_t w)
+{
+	return (uint16_t)(w >> 48);
+}
+static inline unsigned kv_ix_order(uint64_t w)
+{
+	return (unsigned)(w >> 43) & 31u;
+}
+static inline uint64_t kv_ix_pool_off(uint64_t w)
+{
+	return ((w >> 15) & ((1ull << KV_IX_UNIT_BITS) - 1)) * WIMM_KV_MIN_SLOT;
+}
+static inline uint32_t kv_ix_version(uint64_t w)
+{
+	return (uint32_t)(w & 0x7fffu);
+}
+
 /* FNV-1a of the key: the index hash and the key check of a put. */
 uint32_t kv_key_hash(const void *key, size_t klen);
 /* Encode the header of a value (computes both CRCs). */
@@ -110,8 +189,9 @@ int kv_class_of(size_t len);
  * (spinning first takes the core from the peer on a loaded host), but on
  * ofi:shm, whose blocking waits wake only at a 1 ms tick, spin briefly. */
 enum wimm_wait_mode kv_wait_mode(struct wimm_ctx *ctx, unsigned ctx_flags);
-/* Milliseconds of CLOCK_MONOTONIC. */
+/* Milliseconds and nanoseconds of CLOCK_MONOTONIC. */
 uint64_t kv_now_ms(void);
+uint64_t kv_now_ns(void);
 
 /* ------------------------------------------------------ buddy allocator */
 

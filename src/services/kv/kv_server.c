@@ -57,8 +57,8 @@ void kv_lru_front(struct wimm_kv_server *s, struct kv_entry *e)
 
 /* Retire a published slot: free now when no lease can be reading it, else
  * once the newest lease handed out for it has run out. */
-static void retire(struct wimm_kv_server *s, uint32_t arena, int32_t unit, unsigned order,
-		   uint64_t lease_until)
+void kv_retire(struct wimm_kv_server *s, uint32_t arena, int32_t unit, unsigned order,
+	       uint64_t lease_until)
 {
 	/* The list holds at most one entry per unit of memory: never full. */
 	if (lease_until <= kv_now_ms() || s->nretired == s->retired_cap) {
@@ -96,7 +96,7 @@ void kv_unpublish(struct wimm_kv_server *s, struct kv_entry *e)
 	s->stats.keys--;
 	s->stats.pinned -= e->pinned;
 	s->stats.used -= (uint64_t)WIMM_KV_MIN_SLOT << e->order;
-	retire(s, e->arena, e->unit, e->order, e->lease_until);
+	kv_retire(s, e->arena, e->unit, e->order, e->lease_until);
 	free(e);
 }
 
@@ -108,7 +108,7 @@ int kv_publish(struct wimm_kv_server *s, const struct kv_grant *g, uint32_t aren
 {
 	struct kv_entry *e = kv_find(s, g->key, g->klen, g->hash);
 	if (e) {
-		retire(s, e->arena, e->unit, e->order, e->lease_until);
+		kv_retire(s, e->arena, e->unit, e->order, e->lease_until);
 		s->stats.pinned -= e->pinned;
 		s->stats.used -= (uint64_t)WIMM_KV_MIN_SLOT << e->order;
 		kv_lru_unlink(s, e);
@@ -181,10 +181,11 @@ static void drop_client(struct wimm_kv_server *s, struct kv_client *cl)
 		for (unsigned i = 0; i < KV_MAX_GRANTS; i++) {
 			if (cl->grant[i].state != KV_GRANT_LIVE)
 				continue;
-			kv_buddy_free(&a->buddy, cl->grant[i].unit, cl->grant[i].order);
+			kv_grant_drop(s, cl, &cl->grant[i]);
 			s->stats.grants_pending--;
 			s->stats.grants_reclaimed++;
 		}
+		kv_index_client_gone(s, cl);
 		a->owner = NULL;
 		s->stats.clients--;
 	}
@@ -210,7 +211,7 @@ void kv_send(struct wimm_kv_server *s, struct kv_client *cl, uint32_t imm, const
 
 static void send_hello(struct wimm_kv_server *s, struct kv_client *cl)
 {
-	unsigned char m[32];
+	unsigned char m[KV_HELLO_LEN];
 	kv_put32(m, KV_PROTO_VERSION);
 	kv_put32(m + 28, cl->id);
 	kv_put32(m + 4, s->lease_ms);
@@ -218,13 +219,16 @@ static void send_hello(struct wimm_kv_server *s, struct kv_client *cl)
 	kv_put32(m + 12, (uint32_t)wimm_listener_port(s->rd));
 	kv_put64(m + 16, s->arena_len);
 	kv_put32(m + 24, s->send_put_max);
-	kv_send(s, cl, KV_IMM(KV_OP_HELLO, 0), m, 32);
+	kv_index_hello(s, m);
+	kv_send(s, cl, KV_IMM(KV_OP_HELLO, 0), m, KV_HELLO_LEN);
 }
 
-/* Which listener a request came to: the control one, or the reads'. */
+/* Which listener a request came to: the control one, the reads' or the
+ * shared index's. */
+enum kv_conn_kind { KV_CONN_CONTROL, KV_CONN_READ, KV_CONN_INDEX };
 struct kv_taker {
 	struct wimm_kv_server *s;
-	int is_read;
+	enum kv_conn_kind kind;
 };
 
 static void request_failed(void *arg, int rc)
@@ -237,7 +241,9 @@ static void take_request(void *arg, struct wimm_request *r)
 {
 	struct kv_taker *t = arg;
 	struct wimm_kv_server *s = t->s;
-	int is_read = t->is_read, rc;
+	/* Read and index connections take no doorbells: alike but for the
+	 * window. */
+	int is_read = t->kind != KV_CONN_CONTROL, rc;
 	uint32_t a = 0;
 	if (!is_read) {
 		while (a < s->narenas && s->arena[a].owner)
@@ -258,7 +264,9 @@ static void take_request(void *arg, struct wimm_request *r)
 	cl->arena = a;
 	cl->id = ++s->next_id & 0xffffffu;
 	struct wimm_conn_attr attr = {.user = cl, .sq_depth = 128};
-	if (is_read) {
+	if (t->kind == KV_CONN_INDEX) {
+		kv_index_window(s, &attr); /* the whole index, read and atomics */
+	} else if (is_read) {
 		attr.window = s->mr_ro; /* the whole pool, read-only */
 		attr.rx_depth = 4;
 	} else {
@@ -287,7 +295,9 @@ static void handle(void *arg, const struct wimm_event *ev)
 	struct wimm_kv_server *s = arg;
 	struct kv_client *cl = ev->user;
 	if (ev->type == WIMM_EV_CONNECT) {
-		struct kv_taker t = {s, ev->listener == s->rd};
+		struct kv_taker t = {s, ev->listener == s->rd		       ? KV_CONN_READ
+					: ev->listener == kv_index_listener(s) ? KV_CONN_INDEX
+									       : KV_CONN_CONTROL};
 		svc_take_requests(ev->listener, take_request, request_failed, &t);
 		return;
 	}
@@ -345,6 +355,7 @@ int wimm_kv_server_run(struct wimm_kv_server *s, int timeout_ms)
 			drop_client(s, cl);
 	}
 	kv_expire_grants(s);
+	kv_index_scan(s);
 	kv_reap(s);
 	return 0;
 }
@@ -381,6 +392,10 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	uint32_t grant = attr->grant_ms ? attr->grant_ms : 10000;
 	if (nclients > 4096 || lease > 600000 || grant > 600000 || sput > WIMM_KV_MAX_SLOT ||
 	    attr->memory / nclients < 4096)
+		return WIMM_E_INVAL;
+	/* A shared index's words name slots of at most 64 GiB. */
+	if (attr->index_bytes && (attr->index_bytes < 4096 || attr->index_bytes > (1u << 30) ||
+				  attr->memory > KV_IX_MAX_POOL))
 		return WIMM_E_INVAL;
 	rc = split_addr(attr->addr ? attr->addr : "0.0.0.0:7480", host, sizeof(host), &port);
 	if (rc < 0)
@@ -454,6 +469,11 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 	rc = wimm_listen(s->ctx, addr, NULL, &s->rd);
 	if (rc < 0)
 		goto fail;
+	if (attr->index_bytes) {
+		rc = kv_index_new(s, attr->index_bytes, host, port);
+		if (rc < 0)
+			goto fail;
+	}
 	*out = s;
 	return 0;
 fail:
@@ -466,12 +486,18 @@ int wimm_kv_server_port(const struct wimm_kv_server *s)
 	return s ? wimm_listener_port(s->ctl) : WIMM_E_INVAL;
 }
 
+int wimm_kv_server_index_port(const struct wimm_kv_server *s)
+{
+	return s && s->ix ? wimm_listener_port(kv_index_listener(s)) : WIMM_E_INVAL;
+}
+
 int wimm_kv_server_stats(const struct wimm_kv_server *s, struct wimm_kv_stats *out)
 {
 	if (!s || !out)
 		return WIMM_E_INVAL;
 	*out = s->stats;
 	out->retired = s->nretired;
+	out->index_pending = kv_index_pending(s);
 	return 0;
 }
 
@@ -482,6 +508,7 @@ void wimm_kv_server_delete(struct wimm_kv_server **sp)
 		return;
 	while (s->clients)
 		drop_client(s, s->clients);
+	kv_index_delete(s);
 	wimm_listener_delete(&s->ctl);
 	wimm_listener_delete(&s->rd);
 	wimm_mr_dereg(&s->reply_mr);

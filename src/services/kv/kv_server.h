@@ -17,6 +17,14 @@ struct kv_entry {
 	uint64_t version;
 	uint64_t lease_until; /* ms: the end of the newest reader lease */
 	unsigned pinned;
+	/* With a shared index: the key's word, what the server last saw in
+	 * it (0: nothing published) and whether that names a slot granted for
+	 * this key (else a client swapped in something foreign: never freed
+	 * from here); grants and written values of the key not yet resolved. */
+	uint32_t word;
+	uint64_t cur;
+	int cur_ours;
+	uint32_t refs;
 	unsigned char key[];
 };
 
@@ -41,7 +49,8 @@ struct kv_grant {
 	unsigned flags, order;
 	int32_t unit;
 	uint64_t version;
-	uint32_t seq; /* the request's imm seq, for the answer */
+	uint32_t seq;	    /* the request's imm seq, for the answer */
+	struct kv_entry *e; /* with a shared index: the key's entry (holds its word) */
 	unsigned char key[WIMM_KV_MAX_KEY];
 };
 
@@ -83,6 +92,7 @@ struct wimm_kv_server {
 	struct kv_client *clients;
 	uint64_t version;
 	struct wimm_kv_stats stats;
+	struct kv_index *ix; /* the shared index, NULL without one */
 	wimm_log_fn log;
 	void *log_arg;
 };
@@ -93,6 +103,9 @@ struct kv_entry *kv_find(struct wimm_kv_server *s, const void *key, size_t klen,
 void kv_lru_unlink(struct wimm_kv_server *s, struct kv_entry *e);
 void kv_lru_front(struct wimm_kv_server *s, struct kv_entry *e);
 void kv_reap(struct wimm_kv_server *s);
+/* Free a slot that was published once: now, or when lease_until passed. */
+void kv_retire(struct wimm_kv_server *s, uint32_t arena, int32_t unit, unsigned order,
+	       uint64_t lease_until);
 void kv_unpublish(struct wimm_kv_server *s, struct kv_entry *e);
 int kv_publish(struct wimm_kv_server *s, const struct kv_grant *g, uint32_t arena);
 int kv_alloc(struct wimm_kv_server *s, uint32_t arena, unsigned order, int32_t *unit);
@@ -104,5 +117,40 @@ void kv_request(struct wimm_kv_server *s, struct kv_client *cl, const struct wim
 void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
 /* Revoke the grants whose grant_ms ran out (at most every few ms). */
 void kv_expire_grants(struct wimm_kv_server *s);
+/* A grant that ends without its value published by the server: its slot
+ * back to the arena, and (shared index) its hold on the key's entry. */
+void kv_grant_drop(struct wimm_kv_server *s, struct kv_client *cl, struct kv_grant *g);
+
+/* kv_server_index.c: the shared index (NULL s->ix: every call is a no-op
+ * or refuses). */
+struct kv_index;
+/* Allocate, register and listen next to the control port (port + 2). */
+int kv_index_new(struct wimm_kv_server *s, size_t bytes, const char *host, int port);
+void kv_index_delete(struct wimm_kv_server *s);
+struct wimm_listener *kv_index_listener(const struct wimm_kv_server *s);
+void kv_index_window(const struct wimm_kv_server *s, struct wimm_conn_attr *a);
+/* HELLO's index fields at m[32..48). */
+void kv_index_hello(const struct wimm_kv_server *s, unsigned char *m);
+/* The key's entry with a word (placed now if new), held for a grant;
+ * WIMM_KV_E_FULL when both buckets are taken. */
+int kv_index_hold(struct wimm_kv_server *s, const void *key, uint32_t klen, uint32_t hash,
+		  struct kv_entry **out);
+/* Let go of a hold; the entry goes when nothing holds it or is published. */
+void kv_index_release(struct wimm_kv_server *s, struct kv_entry *e);
+/* The PUT reply's index part (m[24..48)) for a grant. */
+void kv_index_grant_reply(struct wimm_kv_server *s, const struct kv_grant *g, uint32_t arena,
+			  unsigned char *m);
+/* A value written and checked: it waits for its client's swap. */
+int kv_index_written(struct wimm_kv_server *s, struct kv_client *cl, struct kv_grant *g);
+/* The requests of index mode: DEL, CAS (no atomics), NOTE. */
+void kv_index_del(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+void kv_index_cas(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+void kv_index_note(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev);
+/* A client went away: its written values resolve soon, not at their deadline. */
+void kv_index_client_gone(struct wimm_kv_server *s, struct kv_client *cl);
+/* Resolve written values whose deadline passed (at most every few ms). */
+void kv_index_scan(struct wimm_kv_server *s);
+/* Written values waiting for their swap. */
+uint64_t kv_index_pending(const struct wimm_kv_server *s);
 
 #endif

@@ -44,14 +44,17 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	const unsigned char *p = ev->data, *key;
 	uint32_t klen, gid;
 	int32_t unit;
-	unsigned char m[24];
+	struct kv_entry *e = NULL;
+	unsigned char m[48];
 	int rc = ev->len >= 8 ? parse_key(p, ev->len, 8, &key, &klen) : WIMM_E_INVAL;
 	if (rc == 0 && ev->len != 10 + klen)
 		rc = WIMM_E_INVAL;
 	if (rc < 0)
 		goto refuse;
+	/* With a shared index the slot holds the key before the value. */
 	uint32_t len = kv_get32(p), flags = kv_get32(p + 4);
-	int order = kv_class_of(len);
+	uint64_t payload = (uint64_t)len + (s->ix ? klen : 0);
+	int order = payload > UINT32_MAX ? -1 : kv_class_of((size_t)payload);
 	rc = WIMM_E_INVAL;
 	if (flags & ~(uint32_t)WIMM_KV_PIN)
 		goto refuse;
@@ -62,14 +65,21 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	rc = WIMM_E_AGAIN;
 	if (gid == KV_MAX_GRANTS)
 		goto refuse;
-	rc = kv_alloc(s, cl->arena, (unsigned)order, &unit);
-	if (rc < 0)
+	uint32_t hash = kv_key_hash(key, klen);
+	if (s->ix && (rc = kv_index_hold(s, key, klen, hash, &e)) < 0)
 		goto refuse;
+	rc = kv_alloc(s, cl->arena, (unsigned)order, &unit);
+	if (rc < 0) {
+		if (e)
+			kv_index_release(s, e);
+		goto refuse;
+	}
 	struct kv_grant *g = &cl->grant[gid];
 	g->state = KV_GRANT_LIVE;
 	g->expires_at = kv_now_ms() + s->grant_ms;
-	g->hash = kv_key_hash(key, klen);
-	g->len = len;
+	g->hash = hash;
+	g->e = e;
+	g->len = (uint32_t)payload;
 	g->klen = klen;
 	g->flags = flags;
 	g->order = (unsigned)order;
@@ -81,21 +91,34 @@ static void do_put(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	kv_put32(m + 4, gid);
 	kv_put64(m + 8, (uint64_t)unit * WIMM_KV_MIN_SLOT);
 	kv_put64(m + 16, g->version);
-	kv_send(s, cl, ev->imm, m, 24);
+	if (s->ix)
+		kv_index_grant_reply(s, g, cl->arena, m);
+	kv_send(s, cl, ev->imm, m, s->ix ? 48 : 24);
 	return;
 refuse:
 	answer_status(s, cl, ev->imm, rc);
 }
 
 /* Check a written slot against its grant: header, key hash, version,
- * length, value CRC. */
-static int check_slot(const unsigned char *slot, const struct kv_grant *g)
+ * length, value CRC (and with a shared index the key in front of it). */
+static int check_slot(const unsigned char *slot, const struct kv_grant *g, int with_key)
 {
 	struct kv_hdr h;
 	if (kv_hdr_decode(slot, &h) < 0 || h.version != g->version || h.len != g->len ||
 	    h.khash != g->hash || wimm_kv_crc32c(slot + WIMM_KV_HEADER, h.len) != h.vcrc)
 		return WIMM_KV_E_CORRUPT;
+	if (with_key && (kv_get32(slot + KV_HDR_KLEN) != g->klen ||
+			 memcmp(slot + WIMM_KV_HEADER, g->key, g->klen) != 0))
+		return WIMM_KV_E_CORRUPT;
 	return 0;
+}
+
+void kv_grant_drop(struct wimm_kv_server *s, struct kv_client *cl, struct kv_grant *g)
+{
+	kv_buddy_free(&s->arena[cl->arena].buddy, g->unit, g->order);
+	if (g->e)
+		kv_index_release(s, g->e);
+	g->e = NULL;
 }
 
 void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm_event *ev)
@@ -131,16 +154,18 @@ void kv_commit(struct wimm_kv_server *s, struct kv_client *cl, const struct wimm
 	    (ev->len != 0 && ev->len != WIMM_KV_HEADER + g->len))
 		rc = WIMM_KV_E_CORRUPT;
 	if (!rc)
-		rc = check_slot(slot, g);
+		rc = check_slot(slot, g, s->ix != NULL);
+	/* With a shared index the client publishes it by its swap. */
 	if (!rc)
-		rc = kv_publish(s, g, cl->arena);
+		rc = s->ix ? kv_index_written(s, cl, g) : kv_publish(s, g, cl->arena);
 	if (rc < 0) {
 		/* Never published, never looked up: free at once. */
-		kv_buddy_free(&s->arena[cl->arena].buddy, g->unit, g->order);
+		kv_grant_drop(s, cl, g);
 		s->stats.bad_puts += rc == WIMM_KV_E_CORRUPT;
-	} else {
+	} else if (!s->ix) {
 		s->stats.puts++;
 	}
+	g->e = NULL; /* dropped, or its hold passed to the written value */
 	g->state = KV_GRANT_FREE;
 	s->stats.grants_pending--;
 	kv_put32(m, (uint32_t)rc);
@@ -155,6 +180,11 @@ static void do_sput(struct wimm_kv_server *s, struct kv_client *cl, const struct
 	const unsigned char *p = ev->data, *key;
 	uint32_t klen;
 	int32_t unit;
+	if (s->ix) {
+		/* The server publishes nothing of its own beside a shared index. */
+		answer_status(s, cl, ev->imm, WIMM_E_NOTSUP);
+		return;
+	}
 	int rc = ev->len >= 8 ? parse_key(p, ev->len, 8, &key, &klen) : WIMM_E_INVAL;
 	uint32_t len = rc == 0 ? kv_get32(p) : 0, flags = rc == 0 ? kv_get32(p + 4) : 0;
 	if (rc == 0 && (ev->len != 10 + klen + (size_t)len || (flags & ~(uint32_t)WIMM_KV_PIN)))
@@ -193,8 +223,9 @@ static void do_get(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	uint32_t klen;
 	unsigned char m[24];
 	int rc = parse_key(ev->data, ev->len, 0, &key, &klen);
-	if (rc < 0 || ev->len != 2 + klen) {
-		answer_status(s, cl, ev->imm, WIMM_E_INVAL);
+	if (rc < 0 || ev->len != 2 + klen || s->ix) {
+		/* Beside a shared index gets are one-sided. */
+		answer_status(s, cl, ev->imm, s->ix ? WIMM_E_NOTSUP : WIMM_E_INVAL);
 		return;
 	}
 	s->stats.gets++;
@@ -262,7 +293,21 @@ void kv_request(struct wimm_kv_server *s, struct kv_client *cl, const struct wim
 		do_get(s, cl, ev);
 		break;
 	case KV_OP_DEL:
-		do_del(s, cl, ev);
+		if (s->ix)
+			kv_index_del(s, cl, ev);
+		else
+			do_del(s, cl, ev);
+		break;
+	case KV_OP_CAS:
+		if (s->ix)
+			kv_index_cas(s, cl, ev);
+		else
+			answer_status(s, cl, ev->imm, WIMM_E_NOTSUP);
+		break;
+	case KV_OP_NOTE:
+		/* No answer: a note of a client that has no index is dropped. */
+		if (s->ix)
+			kv_index_note(s, cl, ev);
 		break;
 	case KV_OP_STAT:
 		do_stat(s, cl, ev);
@@ -286,7 +331,7 @@ void kv_expire_grants(struct wimm_kv_server *s)
 			struct kv_grant *g = &cl->grant[gid];
 			if (g->state != KV_GRANT_LIVE || now < g->expires_at)
 				continue;
-			kv_buddy_free(&s->arena[cl->arena].buddy, g->unit, g->order);
+			kv_grant_drop(s, cl, g);
 			g->state = KV_GRANT_EXPIRED;
 			s->stats.grants_pending--;
 			s->stats.grants_expired++;

@@ -149,17 +149,20 @@ static void kill_all(void)
 
 static struct kid *server;
 static char addr[96];
-static unsigned long long srv_stats[7];
+/* keys puts evictions grants_pending grants_reclaimed bad_puts clients
+ * index_pending foreign_words */
+static unsigned long long srv_stats[9];
 static char srv_grant_ms[16] = "0"; /* the next server's grant time (0: default) */
+static char srv_index[16] = "0";    /* the next server's index bytes (0: none) */
 
 static void start_server(const char *fabric, const char *memory, const char *clients,
 			 const char *lease)
 {
 	char line[64];
 	const char *host = test_host();
-	server =
-	    spawn("server", (char *const[]){"server", (char *)fabric, (char *)memory,
-					    (char *)clients, (char *)lease, srv_grant_ms, NULL});
+	server = spawn("server",
+		       (char *const[]){"server", (char *)fabric, (char *)memory, (char *)clients,
+				       (char *)lease, srv_grant_ms, srv_index, NULL});
 	if (read_line(server, line, sizeof(line), 20.0 * scale()) < 0 || atoi(line) <= 0) {
 		kill_all();
 		die("the server did not start");
@@ -173,9 +176,9 @@ static int stop_server(void)
 	kill(server->pid, SIGTERM);
 	int rc = read_line(server, line, sizeof(line), 10.0 * scale());
 	if (rc == 0)
-		rc = sscanf(line, "S %llu %llu %llu %llu %llu %llu %llu", &srv_stats[0],
+		rc = sscanf(line, "S %llu %llu %llu %llu %llu %llu %llu %llu %llu", &srv_stats[0],
 			    &srv_stats[1], &srv_stats[2], &srv_stats[3], &srv_stats[4],
-			    &srv_stats[5], &srv_stats[6]) == 7
+			    &srv_stats[5], &srv_stats[6], &srv_stats[7], &srv_stats[8]) == 9
 			 ? 0
 			 : -1;
 	int st = reap(server, 10.0 * scale());
@@ -194,10 +197,14 @@ static int run_kids(int first, double secs)
 	return fails;
 }
 
+static int index_scenario(const char *fabric, const char *name);
+
 static int scenario(const char *fabric, const char *name)
 {
 	int fails = 0, first;
 	char b[8][24];
+	if (strncmp(name, "index_", 6) == 0)
+		return index_scenario(fabric, name + 6);
 	if (strcmp(name, "mixed") == 0) {
 		int longrun = getenv("WIMM_KV_TEST_LONG") && atoi(getenv("WIMM_KV_TEST_LONG"));
 		int n = longrun ? 64 : 8;
@@ -308,6 +315,85 @@ static int scenario(const char *fabric, const char *name)
 		    "input)",
 		    name);
 	}
+	kill_all();
+	return fails;
+}
+
+/* Beside a shared index: mixed and overwrite as above; contend (4 writers
+ * of one key, reading it back), crash (a raw client dies between write and
+ * swap, and between swap and note), hostile (a raw client swaps words by
+ * hand), full (a 4 KiB index fills, deletes free its words). */
+static int index_scenario(const char *fabric, const char *name)
+{
+	int fails = 0, first;
+	snprintf(srv_index, sizeof(srv_index), "%s",
+		 strcmp(name, "full") == 0    ? "4096"
+		 : strcmp(name, "mixed") == 0 ? "3145728"
+					      : "65536");
+	if (strcmp(name, "mixed") == 0 || strcmp(name, "overwrite") == 0) {
+		fails = scenario(fabric, name);
+		if (!fails && (srv_stats[7] != 0 || srv_stats[8] != 0)) {
+			fprintf(stderr,
+				"kv_test: server: %llu written values pending, %llu foreign "
+				"words\n",
+				srv_stats[7], srv_stats[8]);
+			fails++;
+		}
+		return fails;
+	}
+	if (strcmp(name, "contend") == 0) {
+		start_server(fabric, "16777216", "8", "100");
+		first = nkids;
+		for (int i = 0; i < 4; i++) {
+			char id[8];
+			snprintf(id, sizeof(id), "%d", i);
+			spawn("contender",
+			      (char *const[]){"contender", (char *)fabric, addr, id, "150", NULL});
+		}
+		fails += run_kids(first, 90.0 * scale());
+		first = nkids;
+		spawn("check",
+		      (char *const[]){"ix_check", (char *)fabric, addr, "contend", "150", NULL});
+		fails += run_kids(first, 30.0 * scale());
+	} else if (strcmp(name, "crash") == 0) {
+		char line[16];
+		start_server(fabric, "8388608", "4", "200");
+		struct kid *k =
+		    spawn("ix_crasher", (char *const[]){"ix_crasher", (char *)fabric, addr, NULL});
+		if (read_line(k, line, sizeof(line), 20.0 * scale()) < 0 || line[0] != 'G') {
+			kill_all();
+			die("the crasher did not get its puts written");
+		}
+		first = nkids;
+		spawn("check0", (char *const[]){"ix_check", (char *)fabric, addr, "crash0", NULL});
+		fails += run_kids(first, 30.0 * scale());
+		kill(k->pid, SIGKILL);
+		waitpid(k->pid, NULL, 0);
+		k->pid = 0;
+		first = nkids;
+		spawn("check1", (char *const[]){"ix_check", (char *)fabric, addr, "crash1", NULL});
+		fails += run_kids(first, 30.0 * scale());
+	} else if (strcmp(name, "hostile") == 0) {
+		start_server(fabric, "8388608", "4", "200");
+		const char *steps[3][2] = {
+		    {"ix_check", "safe0"}, {"ix_hostile", NULL}, {"ix_check", "safe1"}};
+		for (int i = 0; i < 3; i++) {
+			first = nkids;
+			spawn(steps[i][0], (char *const[]){(char *)steps[i][0], (char *)fabric,
+							   addr, (char *)steps[i][1], NULL});
+			fails += run_kids(first, 60.0 * scale());
+		}
+	} else if (strcmp(name, "full") == 0) {
+		start_server(fabric, "1048576", "2", "200");
+		first = nkids;
+		spawn("ix_full", (char *const[]){"ix_full", (char *)fabric, addr, NULL});
+		fails += run_kids(first, 60.0 * scale());
+	} else {
+		die("unknown scenario index_%s (index_mixed index_overwrite index_contend "
+		    "index_crash index_hostile index_full)",
+		    name);
+	}
+	fails += stop_server() != 0;
 	kill_all();
 	return fails;
 }

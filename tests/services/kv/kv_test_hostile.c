@@ -10,15 +10,7 @@
 
 /* ------------------------------------------------------ hostile client */
 
-struct raw {
-	struct wimm_ctx *ctx;
-	struct wimm_conn *c;
-	struct wimm_mr *mr;
-	unsigned char buf[65536], reply[256];
-};
-
-/* Wait for the answer with imm `want`; its status. */
-static int raw_wait(struct raw *r, uint32_t want)
+int raw_wait(struct raw *r, uint32_t want)
 {
 	struct wimm_event ev[16];
 	double give_up = now_s() + 10.0 * scale();
@@ -36,9 +28,7 @@ static int raw_wait(struct raw *r, uint32_t want)
 	die("hostile: no answer %08x", want);
 }
 
-/* Open a context, connect to the control port of a[1] and take the hello
- * (left in r->reply). */
-static void raw_open(struct raw *r, char **a, const char *who)
+void raw_open(struct raw *r, char **a, const char *who)
 {
 	struct wimm_conn_attr ca = {.rx_depth = 16, .recv_size = KV_CLIENT_RECV};
 	int rc = wimm_ctx_open(a[0], NULL, &r->ctx);
@@ -51,9 +41,8 @@ static void raw_open(struct raw *r, char **a, const char *who)
 	raw_wait(r, KV_IMM(KV_OP_HELLO, 0));
 }
 
-/* A grant for key "key" of len bytes: its id, offset, version. */
-static void raw_grant(struct raw *r, const char *key, uint32_t len, uint32_t seq, uint32_t *gid,
-		      uint64_t *off, uint64_t *version)
+void raw_grant(struct raw *r, const char *key, uint32_t len, uint32_t seq, uint32_t *gid,
+	       uint64_t *off, uint64_t *version)
 {
 	size_t klen = strlen(key);
 	kv_put32(r->buf, len);

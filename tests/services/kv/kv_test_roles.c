@@ -57,7 +57,7 @@ int check_value(const unsigned char *v, size_t len, uint32_t key, uint32_t *writ
 	return 0;
 }
 
-static struct wimm_kv_client *kv_open(const char *fabric, const char *addr)
+struct wimm_kv_client *kv_open(const char *fabric, const char *addr)
 {
 	struct wimm_kv_client_attr a = {.fabric = fabric, .timeout_ms = 10000 * scale()};
 	struct wimm_kv_client *c;
@@ -75,8 +75,8 @@ static void on_term(int sig)
 	stop_flag = 1;
 }
 
-/* server FABRIC MEMORY MAX_CLIENTS LEASE_MS GRANT_MS: prints its port,
- * serves until SIGTERM, then prints "S" and its counters. */
+/* server FABRIC MEMORY MAX_CLIENTS LEASE_MS GRANT_MS INDEX_BYTES: prints its
+ * port, serves until SIGTERM, then prints "S" and its counters. */
 static int role_server(char **a)
 {
 	struct wimm_kv_server_attr attr = {.fabric = a[0],
@@ -84,7 +84,8 @@ static int role_server(char **a)
 					   .memory = strtoull(a[1], NULL, 0),
 					   .max_clients = (uint32_t)atoi(a[2]),
 					   .lease_ms = (uint32_t)atoi(a[3]),
-					   .grant_ms = (uint32_t)atoi(a[4])};
+					   .grant_ms = (uint32_t)atoi(a[4]),
+					   .index_bytes = strtoull(a[5], NULL, 0)};
 	struct wimm_kv_server *s;
 	struct wimm_kv_stats st;
 	if (getenv("WIMM_TEST_HOST")) {
@@ -104,10 +105,11 @@ static int role_server(char **a)
 			die("server: %s", wimm_kv_strerror(rc));
 	}
 	wimm_kv_server_stats(s, &st);
-	printf("S %llu %llu %llu %llu %llu %llu %llu\n", (unsigned long long)st.keys,
+	printf("S %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", (unsigned long long)st.keys,
 	       (unsigned long long)st.puts, (unsigned long long)st.evictions,
 	       (unsigned long long)st.grants_pending, (unsigned long long)st.grants_reclaimed,
-	       (unsigned long long)st.bad_puts, (unsigned long long)st.clients);
+	       (unsigned long long)st.bad_puts, (unsigned long long)st.clients,
+	       (unsigned long long)st.index_pending, (unsigned long long)st.foreign_words);
 	fflush(stdout);
 	wimm_kv_server_delete(&s);
 	return 0;
@@ -518,6 +520,18 @@ static int role_input(char **a)
 	struct wimm_kv_server *s;
 	if ((rc = wimm_kv_server_new(&sa, &s)) != WIMM_E_INVAL)
 		die("input: server with 1000 bytes: %s", wimm_kv_strerror(rc));
+	sa.memory = 1u << 20;
+	sa.index_bytes = 1000;
+	if ((rc = wimm_kv_server_new(&sa, &s)) != WIMM_E_INVAL)
+		die("input: an index of 1000 bytes: %s", wimm_kv_strerror(rc));
+	sa.index_bytes = (1u << 30) + 1;
+	if ((rc = wimm_kv_server_new(&sa, &s)) != WIMM_E_INVAL)
+		die("input: an index above 1 GiB: %s", wimm_kv_strerror(rc));
+	/* An index's words name slots of a pool of at most 64 GiB. */
+	sa.memory = (size_t)65 << 30;
+	sa.index_bytes = 1u << 20;
+	if ((rc = wimm_kv_server_new(&sa, &s)) != WIMM_E_INVAL)
+		die("input: an index beside 65 GiB: %s", wimm_kv_strerror(rc));
 	return 0;
 }
 
@@ -525,8 +539,11 @@ int child_main(int argc, char **argv)
 {
 	const char *role = argv[0];
 	char **a = argv + 1;
-	if (strcmp(role, "server") == 0 && argc == 6)
+	if (strcmp(role, "server") == 0 && argc == 7)
 		return role_server(a);
+	int rc = index_role(role, argc, a);
+	if (rc >= 0)
+		return rc;
 	if (strcmp(role, "mixed") == 0 && argc == 7)
 		return role_mixed(a);
 	if ((strcmp(role, "writer") == 0 || strcmp(role, "reader") == 0) && argc == 4)
