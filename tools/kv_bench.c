@@ -2,7 +2,11 @@
  * the kv slot pool with 1, 8 and 64 clients, values of 64 B .. 256 KiB,
  * uniform and zipfian keys, against redis-server on the same machine in the
  * same run, in interleaved rounds, and against the second wimm design
- * (puts as send_imm into the server's receive buffers, copied into a slot).
+ * (puts as send_imm into the server's receive buffers, copied into a slot)
+ * and the shared index (puts published by the client's compare-and-swap,
+ * gets one-sided: wimm_kv_server_attr.index_bytes). Beside each latency the
+ * server's CPU time per operation of the phase (all its threads, from
+ * /proc/PID/task/TID/schedstat), for wimm's servers and redis-server.
  *
  * Every client is a process of its own (contexts are per process here:
  * shm's provider state is not thread-safe within one). A client connects,
@@ -14,6 +18,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <dirent.h>
 #include <poll.h>
 #include <stddef.h>
 #include <signal.h>
@@ -35,9 +40,9 @@
 #define MAX_LIST 8
 #define MAX_CLIENTS 128
 
-enum { D_WRITE_IMM, D_SEND_IMM, D_REDIS, D_REDIS_BENCHMARK, NDESIGNS };
-static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "redis",
-					    "redis-benchmark"};
+enum { D_WRITE_IMM, D_SEND_IMM, D_INDEX, D_REDIS, D_REDIS_BENCHMARK, NDESIGNS };
+static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "wimm index (CAS)",
+					    "redis", "redis-benchmark"};
 
 static uint64_t now_ns(void)
 {
@@ -151,7 +156,16 @@ static const struct kvb_store store_send_imm = {.name = "wimm send_imm",
 						.idle = wimm_idle,
 						.close = wimm_close,
 						.error = wimm_kv_strerror};
-static const struct kvb_store *const stores[] = {&store_write_imm, &store_send_imm,
+/* The same calls: beside a shared index they publish by compare-and-swap
+ * and get one-sided. */
+static const struct kvb_store store_index = {.name = "wimm index (CAS)",
+					     .open = wimm_open,
+					     .put = wimm_put_grant,
+					     .get = wimm_get,
+					     .idle = wimm_idle,
+					     .close = wimm_close,
+					     .error = wimm_kv_strerror};
+static const struct kvb_store *const stores[] = {&store_write_imm, &store_send_imm, &store_index,
 						 &kvb_redis_store};
 
 /* ------------------------------------------------------------ a client */
@@ -278,10 +292,36 @@ static void phase_stats(uint32_t *lat, size_t n, double rate, struct kvb_phase_s
 					.rate = rate};
 }
 
-/* Fork w->clients clients of store st, start them together, gather. */
-static int run_clients(const struct kvb_store *st, const char *addr, const struct kvb_workload *w,
-		       struct kvb_phase_stats out[2])
+/* CPU time of process pid in ns, all its threads; NAN if unknown. */
+static double proc_cpu_ns(pid_t pid)
 {
+	char path[96];
+	double sum = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = pid > 0 ? opendir(path) : NULL;
+	if (!d)
+		return NAN;
+	for (struct dirent *e; (e = readdir(d));) {
+		unsigned long long t;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.32s/schedstat", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f && fscanf(f, "%llu", &t) == 1)
+			sum += (double)t;
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* Fork w->clients clients of store st, start them together, gather; the
+ * server's (process `server`) CPU per operation of each phase. */
+static int run_clients(const struct kvb_store *st, const char *addr, const struct kvb_workload *w,
+		       pid_t server, struct kvb_phase_stats out[2])
+{
+	double cpu[3] = {NAN, NAN, NAN};
 	static int rep[MAX_CLIENTS][2], go[MAX_CLIENTS][2];
 	static pid_t pid[MAX_CLIENTS];
 	int fails = 0, nc = w->clients;
@@ -311,6 +351,7 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 			fails++;
 	/* Go, then the same again after every client's put phase. */
 	for (int phase = 0; phase < 2 && !fails; phase++) {
+		cpu[phase] = proc_cpu_ns(server);
 		for (int i = 0; i < nc && !fails; i++)
 			if (write(go[i][1], "g", 1) != 1)
 				fails++;
@@ -332,6 +373,7 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 		rate[0] += w->ops / (phase[0] / 1e9);
 		rate[1] += w->ops / (phase[1] / 1e9);
 	}
+	cpu[2] = proc_cpu_ns(server);
 	for (int i = 0; i < nc; i++) {
 		int status;
 		close(go[i][1]);
@@ -346,6 +388,8 @@ static int run_clients(const struct kvb_store *st, const char *addr, const struc
 	if (!fails && put && get) {
 		phase_stats(put, n, rate[0], &out[0]);
 		phase_stats(get, n, rate[1], &out[1]);
+		out[0].srv_cpu = (cpu[1] - cpu[0]) / 1e3 / (double)n;
+		out[1].srv_cpu = (cpu[2] - cpu[1]) / 1e3 / (double)n;
 	}
 	free(put);
 	free(get);
@@ -364,7 +408,7 @@ static void server_log(void *arg, enum wimm_log_level level, const char *msg)
  * and a long-lived ofi:shm server stops taking connections after a few
  * hundred peers have come and gone (seen here: the connect fails with a
  * provider error). */
-static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
+static pid_t start_kv(const struct kvb_workload *w, int index, char *addr, size_t alen)
 {
 	int p[2];
 	if (pipe(p) < 0)
@@ -373,7 +417,8 @@ static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
 	 * keys and 16 slots more for overwrites waiting for reader leases: no
 	 * eviction, so a get finds every key as on Redis. */
 	size_t slot = WIMM_KV_MIN_SLOT;
-	while (slot < w->size + WIMM_KV_HEADER)
+	/* Beside an index the slot holds the key too (key_name: 12 at most). */
+	while (slot < w->size + WIMM_KV_HEADER + (index ? 12 : 0))
 		slot <<= 1;
 	size_t arena = (size_t)1 << 20;
 	while (arena < (own_keys(w, 0) + 16) * slot)
@@ -382,9 +427,14 @@ static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
 	pid_t pid = fork();
 	if (pid == 0) {
 		uint32_t sput = w->size > 16384 ? (uint32_t)w->size : 0;
+		size_t memory = arena * (size_t)(w->clients + 2), ix = memory / 32;
 		struct wimm_kv_server_attr a = {.fabric = w->fabric,
 						.addr = "127.0.0.1:0",
-						.memory = arena * (size_t)(w->clients + 2),
+						.memory = memory,
+						.index_bytes = !index	       ? 0
+							       : ix < 4096     ? 4096
+							       : ix > 1u << 30 ? 1u << 30
+									       : ix,
 						.max_clients = (uint32_t)w->clients + 2,
 						.lease_ms = 100,
 						.liveness_ms = KVB_LIVENESS_MS,
@@ -421,12 +471,12 @@ static pid_t start_kv(const struct kvb_workload *w, char *addr, size_t alen)
 static int run_wimm(int design, const struct kvb_workload *w, struct kvb_phase_stats out[2])
 {
 	char addr[64];
-	pid_t kpid = start_kv(w, addr, sizeof(addr));
+	pid_t kpid = start_kv(w, design == D_INDEX, addr, sizeof(addr));
 	if (kpid < 0) {
 		fprintf(stderr, "wimm kv bench: cannot start the kv server on %s\n", w->fabric);
 		return -1;
 	}
-	int rc = run_clients(stores[design], addr, w, out);
+	int rc = run_clients(stores[design], addr, w, kpid, out);
 	kill(kpid, SIGKILL);
 	waitpid(kpid, NULL, 0);
 	return rc;
@@ -466,16 +516,17 @@ static void print_num(double v, const char *fmt)
 		printf(fmt, v);
 }
 
-static const size_t fields[4] = {
+static const size_t fields[5] = {
     offsetof(struct kvb_phase_stats, p50), offsetof(struct kvb_phase_stats, p99),
-    offsetof(struct kvb_phase_stats, p999), offsetof(struct kvb_phase_stats, rate)};
+    offsetof(struct kvb_phase_stats, p999), offsetof(struct kvb_phase_stats, rate),
+    offsetof(struct kvb_phase_stats, srv_cpu)};
 
 static void print_row(const struct kvb_workload *w, int design, const struct cell *x,
 		      const struct cell *rd)
 {
-	double v[2][4], ref[2][4];
+	double v[2][5], ref[2][5];
 	for (int p = 0; p < 2; p++)
-		for (int f = 0; f < 4; f++) {
+		for (int f = 0; f < 5; f++) {
 			v[p][f] = median_of(x, p, fields[f]);
 			ref[p][f] = median_of(rd, p, fields[f]);
 		}
@@ -486,7 +537,9 @@ static void print_row(const struct kvb_workload *w, int design, const struct cel
 			print_num(v[p][f], " %.1f |");
 		print_num(v[p][3] / 1e3, " %.1f |");
 	}
-	if (design == D_WRITE_IMM || design == D_SEND_IMM) {
+	print_num(v[0][4], " %.2f |");
+	print_num(v[1][4], " %.2f |");
+	if (design <= D_INDEX) {
 		print_num(v[0][0] / ref[0][0], " %.2fx |");
 		print_num(v[1][0] / ref[1][0], " %.2fx |");
 		print_num(v[0][3] / ref[0][3], " %.2fx |");
@@ -624,7 +677,7 @@ int kv_bench(int argc, char **argv)
 										 x->r[x->n]);
 						else if (d == D_REDIS)
 							rc = run_clients(&kvb_redis_store, raddr,
-									 &w, x->r[x->n]);
+									 &w, rpid, x->r[x->n]);
 						else
 							rc = run_wimm(d, &w, x->r[x->n]);
 						if (rc < 0)
@@ -639,10 +692,11 @@ int kv_bench(int argc, char **argv)
 	if (rc == 0) {
 		printf(
 		    "\n| value | clients | keys | design | put p50 us | put p99 us | put p99.9 us "
-		    "| put kops/s | get p50 us | get p99 us | get p99.9 us | get kops/s | put "
+		    "| put kops/s | get p50 us | get p99 us | get p99.9 us | get kops/s | server "
+		    "CPU us/put | server CPU us/get | put "
 		    "p50 vs redis | get p50 vs redis | put rate vs redis | get rate vs redis |\n"
 		    "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-		    "---:|\n");
+		    "---:|---:|---:|\n");
 		for (int s = 0; s < nsizes; s++)
 			for (int c = 0; c < nclients; c++)
 				for (int z = dist_lo; z <= dist_hi; z++)
@@ -656,7 +710,9 @@ int kv_bench(int argc, char **argv)
 					}
 		printf("\nlatency ratios: wimm / redis (below 1: wimm faster); rate ratios: wimm / "
 		       "redis (above 1: wimm more); redis = redis-server driven by the bench's own "
-		       "client processes with the same keys; redis-benchmark for reference\n");
+		       "client processes with the same keys; redis-benchmark for reference; server "
+		       "CPU: the server process's CPU time (all threads) during the phase / its "
+		       "operations\n");
 	}
 	if (rpid > 0) {
 		kill(rpid, SIGTERM);

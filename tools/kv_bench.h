@@ -49,6 +49,7 @@ int kvb_free_port(void);
 pid_t kvb_start_redis(int port);
 struct kvb_phase_stats {
 	double p50, p99, p999, rate; /* us, us, us, ops/s */
+	double srv_cpu;		     /* the server's CPU per operation, us (NAN: unknown) */
 };
 int kvb_redis_benchmark(int port, const struct kvb_workload *w, struct kvb_phase_stats out[2]);
 

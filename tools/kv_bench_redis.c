@@ -100,7 +100,7 @@ int kvb_redis_benchmark(int port, const struct kvb_workload *w, struct kvb_phase
 		if (phase < 0)
 			continue;
 		out[phase] = (struct kvb_phase_stats){
-		    .p50 = p50 * 1e3, .p99 = p99 * 1e3, .p999 = NAN, .rate = rps};
+		    .p50 = p50 * 1e3, .p99 = p99 * 1e3, .p999 = NAN, .rate = rps, .srv_cpu = NAN};
 		seen++;
 	}
 	return pclose(f) == 0 && seen == 2 ? 0 : -1;

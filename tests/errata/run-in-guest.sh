@@ -143,8 +143,11 @@ step python /usr/bin/timeout 900 /usr/bin/python3 -u -m pytest -v -p no:cachepro
 	-k "not test_training_matches_one_process and not test_training_survives_a_killed_worker_with_a_backup and not test_wait_releases_the_gil"
 
 # The key-value slot pool as processes on verbs (tests/services/kv): every
-# scenario, the hostile client (a raw wimm connection) included.
-for scenario in mixed overwrite crash hostile lease expiry evict full input; do
+# scenario, the hostile client (a raw wimm connection) included; beside a
+# shared index those that swap by rxe's compare-and-swap in every way
+# (index_mixed and index_overwrite, its volume tests, run natively).
+for scenario in mixed overwrite crash hostile lease expiry evict full input index_contend \
+	index_crash index_hostile index_full; do
 	step "kv.$scenario" "$build/tests/services/kv/kv_test" "verbs:$dev" "$scenario"
 done
 # The parameter server likewise (its hostile peer speaks libfabric: not here),
