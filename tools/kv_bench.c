@@ -40,6 +40,10 @@
 #define MAX_LIST 8
 #define MAX_CLIENTS 128
 
+/* The address wimm's servers listen on and clients connect to (--host):
+ * loopback, or on Soft-RoCE the address of the rxe device. */
+static const char *bench_host = "127.0.0.1";
+
 enum { D_WRITE_IMM, D_SEND_IMM, D_INDEX, D_REDIS, D_REDIS_BENCHMARK, NDESIGNS };
 static const char *design_name[NDESIGNS] = {"wimm write_imm", "wimm send_imm", "wimm index (CAS)",
 					    "redis", "redis-benchmark"};
@@ -424,12 +428,14 @@ static pid_t start_kv(const struct kvb_workload *w, int index, char *addr, size_
 	while (arena < (own_keys(w, 0) + 16) * slot)
 		arena <<= 1;
 	fflush(stdout);
+	char listen_addr[96];
+	snprintf(listen_addr, sizeof(listen_addr), "%s:0", bench_host);
 	pid_t pid = fork();
 	if (pid == 0) {
 		uint32_t sput = w->size > 16384 ? (uint32_t)w->size : 0;
 		size_t memory = arena * (size_t)(w->clients + 2), ix = memory / 32;
 		struct wimm_kv_server_attr a = {.fabric = w->fabric,
-						.addr = "127.0.0.1:0",
+						.addr = listen_addr,
 						.memory = memory,
 						.index_bytes = !index	       ? 0
 							       : ix < 4096     ? 4096
@@ -464,7 +470,7 @@ static pid_t start_kv(const struct kvb_workload *w, int index, char *addr, size_
 		}
 		return -1;
 	}
-	snprintf(addr, alen, "127.0.0.1:%d", atoi(line));
+	snprintf(addr, alen, "%s:%d", bench_host, atoi(line));
 	return pid;
 }
 
@@ -571,7 +577,9 @@ static int usage(void)
 	fprintf(stderr,
 		"usage: wimm kv bench [-f FABRIC] [-n OPS] [--rounds R] [--sizes LIST]\n"
 		"                     [--clients LIST] [--keys K] [--dist uniform|zipf|both]\n"
-		"                     [--spin] [--no-redis]\n"
+		"                     [--spin] [--no-redis] [--host ADDR]\n"
+		"  --host ADDR     where wimm's servers listen (default 127.0.0.1; on\n"
+		"                  Soft-RoCE the rxe device's address)\n"
 		"  -n OPS          operations per configuration and phase, split over the\n"
 		"                  clients (at least 200 each; default 8000)\n"
 		"  --sizes LIST    value bytes (default 64,1K,16K,256K)\n"
@@ -602,6 +610,8 @@ int kv_bench(int argc, char **argv)
 			return usage();
 		else if (i++, strcmp(o, "-f") == 0)
 			fabric = val;
+		else if (strcmp(o, "--host") == 0)
+			bench_host = val;
 		else if (strcmp(o, "-n") == 0)
 			ok = kv_parse_size(val, &ops) == 0 && ops > 0 && ops <= 10000000;
 		else if (strcmp(o, "--rounds") == 0)
@@ -712,7 +722,11 @@ int kv_bench(int argc, char **argv)
 		       "redis (above 1: wimm more); redis = redis-server driven by the bench's own "
 		       "client processes with the same keys; redis-benchmark for reference; server "
 		       "CPU: the server process's CPU time (all threads) during the phase / its "
-		       "operations\n");
+		       "operations%s\n",
+		       flags
+			   ? " (spinning, a server burns its CPU between operations too: about 1 / "
+			     "its rate)"
+			   : "");
 	}
 	if (rpid > 0) {
 		kill(rpid, SIGTERM);

@@ -1,7 +1,7 @@
 /* `wimm kv`: the key-value slot pool service (include/wimm/kv.h).
  *
  *   wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N] [--lease MS]
- *                 [--grant MS] [--index SIZE] [-v]
+ *                 [--grant MS] [--index SIZE] [--spin] [-v]
  *   wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]
  *   wimm kv get  [-f FABRIC] HOST[:PORT] KEY
  *   wimm kv del  [-f FABRIC] HOST[:PORT] KEY
@@ -23,7 +23,7 @@
 static void kv_usage(FILE *f)
 {
 	fputs("usage: wimm kv serve --memory SIZE [-f FABRIC] [--port P] [--clients N]\n"
-	      "                     [--lease MS] [--grant MS] [--index SIZE] [-v]\n"
+	      "                     [--lease MS] [--grant MS] [--index SIZE] [--spin] [-v]\n"
 	      "       wimm kv put  [-f FABRIC] [--pin] HOST[:PORT] KEY [FILE|-]\n"
 	      "       wimm kv get  [-f FABRIC] HOST[:PORT] KEY     (the value on stdout)\n"
 	      "       wimm kv del  [-f FABRIC] HOST[:PORT] KEY\n"
@@ -40,6 +40,8 @@ static void kv_usage(FILE *f)
 	      "  --index SIZE   a shared index of SIZE bytes (4K..1G; memory/32 suits):\n"
 	      "                 clients publish by compare-and-swap and get one-sided,\n"
 	      "                 on the port after the reads'; admit trusted clients only\n"
+	      "  --spin         serve spinning, never sleeping (on ofi:shm a sleeping server\n"
+	      "                 serves one-sided reads and swaps only at its 1 ms tick)\n"
 	      "  --pin          never evict this key\n"
 	      "exit status: 0 done, 1 failed (e.g. \"not found\"), 2 bad usage\n",
 	      f);
@@ -129,6 +131,10 @@ static int kv_serve(int argc, char **argv)
 		const char *o = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(o, "-v") == 0) {
 			verbose = 1;
+			continue;
+		}
+		if (strcmp(o, "--spin") == 0) {
+			attr.ctx_flags |= WIMM_CTX_POLLING;
 			continue;
 		}
 		if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {

@@ -473,6 +473,14 @@ int wimm_kv_server_new(const struct wimm_kv_server_attr *attr, struct wimm_kv_se
 		rc = kv_index_new(s, attr->index_bytes, host, port);
 		if (rc < 0)
 			goto fail;
+		/* libfabric shm runs a peer's reads and atomics in the target's
+		 * progress, and its blocking waits wake at a 1 ms tick. */
+		if (s->wait_mode != WIMM_WAIT_SPIN &&
+		    strcmp(wimm_ctx_fabric(s->ctx), "ofi:shm") == 0)
+			kv_log(s, WIMM_LOG_WARN,
+			       "kv: ofi:shm: a sleeping server serves the index's one-sided reads "
+			       "and swaps at its 1 ms tick; serve spinning (WIMM_CTX_POLLING) for "
+			       "microseconds");
 	}
 	*out = s;
 	return 0;

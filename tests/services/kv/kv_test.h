@@ -16,8 +16,10 @@ int role_leaser(char **a);
 /* The shared index's roles (kv_test_index.c): the role's exit status, or
  * -1 when ROLE is none of them. */
 int index_role(const char *role, int argc, char **a);
-/* A client of the test (dies on error). */
+/* A client of the test, and the server's counters through it (both die on
+ * error). */
 struct wimm_kv_client *kv_open(const char *fabric, const char *addr);
+struct wimm_kv_stats stat_of(struct wimm_kv_client *c);
 /* --child ROLE ARGS... (kv_test_roles.c): the role's exit status. */
 int child_main(int argc, char **argv);
 /* A value of key by writer, seq (kv_test_roles.c); 0 if v is whole and of key. */

@@ -12,15 +12,6 @@
 #include "kv_internal.h"
 #include "kv_test.h"
 
-static struct wimm_kv_stats stats_of(struct wimm_kv_client *c)
-{
-	struct wimm_kv_stats st;
-	int rc = wimm_kv_stat(c, &st);
-	if (rc < 0)
-		die("stat: %s", wimm_kv_strerror(rc));
-	return st;
-}
-
 /* Get k and check it is the value of key id `key`, seq `seq` (any seq for
  * 0); its length. */
 static size_t expect(struct wimm_kv_client *c, const char *k, uint32_t key, uint32_t seq)
@@ -57,7 +48,7 @@ static struct wimm_kv_stats settled(struct wimm_kv_client *c, const char *who)
 {
 	double give_up = now_s() + 10.0 * scale();
 	struct wimm_kv_stats st;
-	while ((st = stats_of(c)).retired || st.index_pending || st.grants_pending) {
+	while ((st = stat_of(c)).retired || st.index_pending || st.grants_pending) {
 		if (now_s() > give_up)
 			die("%s: not settled: %llu retired, %llu written pending, %llu grants", who,
 			    (unsigned long long)st.retired, (unsigned long long)st.index_pending,
@@ -351,7 +342,7 @@ static int role_ix_check(char **a)
 		/* c2 is visible from its swap on; c1 was never swapped in. */
 		expect(c, "c2", 32, 1);
 		expect_rc(c, "c1", WIMM_KV_E_NOTFOUND);
-		if ((st = stats_of(c)).index_pending != 2)
+		if ((st = stat_of(c)).index_pending != 2)
 			die("crash0: %llu written values pending, expected 2",
 			    (unsigned long long)st.index_pending);
 	} else if (strcmp(what, "crash1") == 0) {

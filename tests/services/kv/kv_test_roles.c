@@ -283,7 +283,7 @@ static int role_crasher(char **a)
 		pause();
 }
 
-static struct wimm_kv_stats stat_of(struct wimm_kv_client *c)
+struct wimm_kv_stats stat_of(struct wimm_kv_client *c)
 {
 	struct wimm_kv_stats st;
 	int rc = wimm_kv_stat(c, &st);

@@ -131,8 +131,32 @@ static void test_buddy(void)
 	kv_buddy_fini(&b);
 }
 
+/* The shared index's word: every field round-trips at its limits, 0 is
+ * never a word, the two buckets differ and lie in the index. */
+static void test_index_word(void)
+{
+	uint64_t w = kv_ix_word(0xffff, 12, KV_IX_MAX_POOL - WIMM_KV_MIN_SLOT, 0x12345fffull);
+	CHECK(kv_ix_fp(w) == 0xffff && kv_ix_order(w) == 12);
+	CHECK(kv_ix_pool_off(w) == KV_IX_MAX_POOL - WIMM_KV_MIN_SLOT);
+	CHECK(kv_ix_version(w) == 0x5fff);
+	w = kv_ix_word(1, 0, 0, 0);
+	CHECK(w != 0 && kv_ix_fp(w) == 1 && kv_ix_pool_off(w) == 0 && kv_ix_version(w) == 0);
+	for (uint32_t nb = 2; nb <= (1u << 24); nb <<= 3) {
+		unsigned same_b2 = 0;
+		for (uint32_t k = 0; k < 20000; k++) {
+			struct kv_ix_place p = kv_ix_place_of(kv_key_hash(&k, sizeof(k)), nb);
+			CHECK(p.fp != 0 && p.b1 != p.b2 && p.b1 < nb && p.b2 < nb);
+			struct kv_ix_place q = kv_ix_place_of(kv_key_hash(&k, sizeof(k)) ^ 1, nb);
+			same_b2 += nb > 64 && q.b2 == p.b2;
+		}
+		/* The second bucket does not follow from the first's bits. */
+		CHECK(same_b2 < 200);
+	}
+}
+
 int main(void)
 {
+	test_index_word();
 	test_crc();
 	test_classes();
 	test_header_and_imm();
