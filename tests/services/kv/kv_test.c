@@ -1,5 +1,8 @@
 /* wimm_kv tests, multi-process on a real fabric:
- *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile lease evict full input
+ *   kv_test FABRIC SCENARIO     SCENARIO: mixed overwrite crash hostile lease expiry evict
+ *                               full input, and beside a shared index index_mixed
+ *                               index_overwrite index_contend index_crash index_hostile
+ *                               index_full
  * The parent only orchestrates: the server and every client are processes
  * of their own (fork + exec of this binary with --child ROLE), since
  * libfabric's shm provider state is not safe to share between threads. A
@@ -405,10 +408,12 @@ int main(int argc, char **argv)
 	if (argc >= 3 && strcmp(argv[1], "--child") == 0)
 		return child_main(argc - 2, argv + 2);
 	if (argc != 3) {
-		fprintf(stderr,
-			"usage: %s FABRIC SCENARIO (mixed overwrite crash hostile lease evict full "
-			"input)\n",
-			argv[0]);
+		fprintf(
+		    stderr,
+		    "usage: %s FABRIC SCENARIO (mixed overwrite crash hostile lease expiry evict "
+		    "full input index_mixed index_overwrite index_contend index_crash "
+		    "index_hostile index_full)\n",
+		    argv[0]);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
