@@ -146,29 +146,16 @@ static void wimm_close(void *h)
 	wimm_kv_close(&c);
 }
 
-static const struct kvb_store store_write_imm = {.name = "wimm write_imm",
-						 .open = wimm_open,
-						 .put = wimm_put_grant,
-						 .get = wimm_get,
-						 .idle = wimm_idle,
-						 .close = wimm_close,
-						 .error = wimm_kv_strerror};
-static const struct kvb_store store_send_imm = {.name = "wimm send_imm",
-						.open = wimm_open,
-						.put = wimm_put_send,
-						.get = wimm_get,
-						.idle = wimm_idle,
-						.close = wimm_close,
-						.error = wimm_kv_strerror};
-/* The same calls: beside a shared index they publish by compare-and-swap
- * and get one-sided. */
-static const struct kvb_store store_index = {.name = "wimm index (CAS)",
-					     .open = wimm_open,
-					     .put = wimm_put_grant,
-					     .get = wimm_get,
-					     .idle = wimm_idle,
-					     .close = wimm_close,
-					     .error = wimm_kv_strerror};
+/* wimm's stores differ in their name and how they put; beside a shared
+ * index the same calls publish by compare-and-swap and get one-sided. */
+#define WIMM_STORE(store_name, put_fn)                                                             \
+	{                                                                                          \
+		.name = store_name, .open = wimm_open, .put = put_fn, .get = wimm_get,             \
+		.idle = wimm_idle, .close = wimm_close, .error = wimm_kv_strerror                  \
+	}
+static const struct kvb_store store_write_imm = WIMM_STORE("wimm write_imm", wimm_put_grant);
+static const struct kvb_store store_send_imm = WIMM_STORE("wimm send_imm", wimm_put_send);
+static const struct kvb_store store_index = WIMM_STORE("wimm index (CAS)", wimm_put_grant);
 static const struct kvb_store *const stores[] = {&store_write_imm, &store_send_imm, &store_index,
 						 &kvb_redis_store};
 

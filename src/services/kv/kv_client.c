@@ -7,19 +7,14 @@
 
 #include "kv_client.h"
 
-static uint64_t now_ns(void)
-{
-	return kv_now_ns();
-}
-
 int kv_cl_wait(struct wimm_kv_client *c, uint32_t want)
 {
 	struct wimm_event ev[16];
-	uint64_t deadline = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+	uint64_t deadline = kv_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
 	if (c->dead)
 		return WIMM_E_DISCONNECTED;
 	for (;;) {
-		uint64_t t = now_ns();
+		uint64_t t = kv_now_ns();
 		if (t >= deadline)
 			return WIMM_E_TIMEDOUT;
 		int n =
@@ -107,10 +102,10 @@ static int check_key(const struct wimm_kv_client *c, const void *key, size_t kle
  * retried until the leases must have ended. */
 static int call_retry_busy(struct wimm_kv_client *c, enum kv_op op, size_t len)
 {
-	uint64_t give_up = now_ns() + ((uint64_t)c->lease_ms * 2 + 1000) * 1000000u;
+	uint64_t give_up = kv_now_ns() + ((uint64_t)c->lease_ms * 2 + 1000) * 1000000u;
 	for (;;) {
 		int rc = kv_cl_call(c, op, len);
-		if (rc != WIMM_KV_E_BUSY || now_ns() > give_up)
+		if (rc != WIMM_KV_E_BUSY || kv_now_ns() > give_up)
 			return rc == WIMM_KV_E_BUSY ? WIMM_KV_E_FULL : rc;
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	}
@@ -158,7 +153,7 @@ int wimm_kv_put_commit(struct wimm_kv_client *c)
 	kv_hdr_encode(c->buf, &h, c->buf + WIMM_KV_HEADER);
 	kv_put32(c->buf + KV_HDR_KLEN, c->klen);
 	/* The one write: header and value, the doorbell names the grant. */
-	c->t_write = now_ns();
+	c->t_write = kv_now_ns();
 	int rc = wimm_write_imm(c->ctl, c->buf_mr, 0, c->off, WIMM_KV_HEADER + c->len,
 				KV_WIMM(c->gid, c->hash, c->order), WIMM_F_WAIT);
 	if (rc < 0)
@@ -213,7 +208,7 @@ int wimm_kv_get(struct wimm_kv_client *c, const void *key, size_t klen, void *bu
 		return kv_cl_ix_get(c, key, klen, buf, cap, len);
 	uint32_t hash = kv_key_hash(key, klen);
 	for (int attempt = 0; attempt < KV_GET_TRIES; attempt++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kv_now_ns();
 		rc = kv_cl_call(c, KV_OP_GET, kv_cl_put_key(c, 0, key, klen));
 		if (rc < 0)
 			return rc;
@@ -229,7 +224,7 @@ int wimm_kv_get(struct wimm_kv_client *c, const void *key, size_t klen, void *bu
 		/* Re-check the lease after the transfer: past it, the slot may
 		 * have been freed and rewritten while we read (2 ms margin for
 		 * the server's millisecond clock). */
-		uint64_t elapsed = now_ns() - t0;
+		uint64_t elapsed = kv_now_ns() - t0;
 		struct kv_hdr h;
 		if (elapsed + 2000000u >= (uint64_t)c->lease_ms * 1000000u ||
 		    kv_hdr_decode(c->buf, &h) < 0 || h.version != version || h.len != vlen ||

@@ -371,8 +371,7 @@ void kv_index_note(struct wimm_kv_server *s, struct kv_client *cl, const struct 
 	for (size_t i = 0; gid != KV_NOTE_DEL && i < ix->nw; i++)
 		if (ix->w[i].client == cl->id && ix->w[i].gid == gid && ix->w[i].e == e)
 			ix->w[i].noticed = 1;
-	e->refs++; /* reconcile may drop the last written value's hold */
-	kv_index_release(s, e);
+	maybe_free(s, e);
 }
 
 void kv_index_client_gone(struct wimm_kv_server *s, struct kv_client *cl)
@@ -399,9 +398,7 @@ void kv_index_scan(struct wimm_kv_server *s)
 			continue;
 		}
 		k->noticed = 1;
-		struct kv_entry *e = k->e;
-		e->refs++;
-		kv_index_release(s, e);
+		maybe_free(s, k->e);
 		i = 0;
 	}
 }

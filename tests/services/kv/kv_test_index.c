@@ -300,21 +300,26 @@ static int role_ix_hostile(char **a)
 	return 0;
 }
 
+/* Put k: the value of key id `key`, seq, len bytes (dies on error). */
+static void put_value(struct wimm_kv_client *c, const char *who, const char *k, uint32_t key,
+		      uint32_t seq, uint32_t len)
+{
+	static unsigned char v[4096];
+	make_value(v, key, 1, seq, len);
+	int rc = wimm_kv_put(c, k, strlen(k), v, len, 0);
+	if (rc < 0)
+		die("%s: put %s: %s", who, k, wimm_kv_strerror(rc));
+}
+
 /* ix_check FABRIC ADDR WHAT: the checks around the raw clients. */
 static int role_ix_check(char **a)
 {
-	static unsigned char v[4096];
 	struct wimm_kv_client *c = kv_open(a[0], a[1]);
 	struct wimm_kv_stats st;
 	const char *what = a[2];
-	int rc;
 	if (strcmp(what, "safe0") == 0) {
-		make_value(v, 11, 1, 1, 2000);
-		if ((rc = wimm_kv_put(c, "J", 1, v, 2000, 0)) < 0)
-			die("safe0: put J: %s", wimm_kv_strerror(rc));
-		make_value(v, 12, 1, 1, 100);
-		if ((rc = wimm_kv_put(c, "K", 1, v, 100, 0)) < 0)
-			die("safe0: put K: %s", wimm_kv_strerror(rc));
+		put_value(c, what, "J", 11, 1, 2000);
+		put_value(c, what, "K", 12, 1, 100);
 	} else if (strcmp(what, "safe1") == 0) {
 		/* K names J's slot: not K's, so a miss, never J's bytes; J names
 		 * no slot: every read fails its checks. */
@@ -326,12 +331,8 @@ static int role_ix_check(char **a)
 			    (unsigned long long)st.foreign_words, (unsigned long long)st.bad_puts,
 			    (unsigned long long)wimm_kv_client_retries(c));
 		/* A put swaps a forged word out like any other. */
-		make_value(v, 11, 1, 2, 1500);
-		if ((rc = wimm_kv_put(c, "J", 1, v, 1500, 0)) < 0)
-			die("safe1: put J again: %s", wimm_kv_strerror(rc));
-		make_value(v, 12, 1, 2, 90);
-		if ((rc = wimm_kv_put(c, "K", 1, v, 90, 0)) < 0)
-			die("safe1: put K again: %s", wimm_kv_strerror(rc));
+		put_value(c, what, "J", 11, 2, 1500);
+		put_value(c, what, "K", 12, 2, 90);
 		expect(c, "J", 11, 2);
 		expect(c, "K", 12, 2);
 		st = settled(c, "safe1");
