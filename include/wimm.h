@@ -200,6 +200,17 @@ enum wimm_access {
  * window get remote access. Errors: INVAL, NOMEM, PROVIDER. */
 int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access,
 		struct wimm_mr **out);
+/* Allocate len bytes, zeroed and page-aligned, and register them as
+ * wimm_mr_reg would; wimm_mr_dereg frees them. The memory is shared memory
+ * (a memfd sealed against resizing). That is what lets the ipc fabric map a
+ * window in it into a peer process of the same user: the peer's writes
+ * into the window are then its own stores (one copy, no system call; the
+ * receiver checks each doorbell's range as always but copies nothing),
+ * where a window of wimm_mr_reg memory is copied in by the receiver. On
+ * the other fabrics it is registered memory like any other. Errors: INVAL
+ * (NULL ctx or out, len 0, unknown access bits), NOMEM, PROVIDER
+ * (memfd_create or mmap refused: wimm_provider_error says which). */
+int wimm_mr_alloc(struct wimm_ctx *ctx, size_t len, unsigned access, struct wimm_mr **out);
 /* Deregister. WIMM_E_BUSY if a live connection still exposes it. */
 int wimm_mr_dereg(struct wimm_mr **mr);
 void *wimm_mr_addr(const struct wimm_mr *mr);

@@ -55,6 +55,11 @@ struct wimm_bmr {
 	uint64_t key;	 /* remote key the peer uses (rkey / fi_mr_key) */
 	void *desc;	 /* local descriptor for posts (fi_mr_desc / ibv_mr *) */
 	void *priv;	 /* backend's own handle (ibv_mr * / fid_mr *) */
+	/* Memory of wimm_mr_alloc: the sealed memfd holding addr, and addr's
+	 * offset in it (a window's own registration shares its region's);
+	 * -1 otherwise. Set by the core after mr_reg. */
+	int memfd;
+	uint64_t memfd_off;
 };
 
 /* Per-connection sizing the core hands to conn_new(). */
@@ -64,6 +69,8 @@ struct wimm_conn_cfg {
 	uint32_t recv_size;	/* bytes per receive slot (0: zero-length slots) */
 	uint32_t sq_depth;	/* user operations that may be outstanding */
 	uint32_t sq_reserve;	/* extra send slots for the core's credit writes */
+	/* The window this side exposes (its own registration), or NULL. */
+	const struct wimm_bmr *window;
 };
 
 /* A work request, already bounds-checked and resolved by the core. */

@@ -42,14 +42,20 @@ def timeout(seconds):
 
 class Pair:
     """Two contexts of one fabric and a connection between them: the server side
-    exposes `window` (a bytearray of window_len bytes) to the client."""
+    exposes `window` (a bytearray of window_len bytes; allocate=True: memory of
+    Context.allocate, the window's .buffer) to the client."""
 
     def __init__(self, fabric, host, window_len=1 << 16, window=None, rx_depth=16, recv_size=0,
-                 access=wimm.REMOTE_WRITE | wimm.REMOTE_READ, client_window=None, **ctx_attr):
+                 access=wimm.REMOTE_WRITE | wimm.REMOTE_READ, client_window=None,
+                 allocate=False, **ctx_attr):
         self.sctx = wimm.Context(fabric, **ctx_attr)
         self.cctx = wimm.Context(fabric, **ctx_attr)
-        self.window = bytearray(window_len) if window is None else window
-        self.wmr = self.sctx.register(self.window, access) if len(self.window) else None
+        if allocate:
+            self.wmr = self.sctx.allocate(window_len, access)
+            self.window = self.wmr.buffer
+        else:
+            self.window = bytearray(window_len) if window is None else window
+            self.wmr = self.sctx.register(self.window, access) if len(self.window) else None
         self.listener = self.sctx.listen(f"{host}:0", window=self.wmr, rx_depth=rx_depth,
                                          recv_size=recv_size)
         accepted = {}

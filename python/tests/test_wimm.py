@@ -49,6 +49,29 @@ def test_data_integrity(make_pair):
     assert np.array_equal(got, expected)
 
 
+def test_allocated_window(make_pair, fabric):
+    # Memory of Context.allocate as the window (on ipc mapped into the writer).
+    p = make_pair(window_len=1 << 20, allocate=True)
+    assert len(p.wmr) == 1 << 20 and bytes(p.window[:16]) == bytes(16)
+    src_arr = np.arange(1 << 16, dtype=np.uint8)
+    src = p.cctx.register(src_arr)
+    for i, (do, n) in enumerate([(0, 1), (3, 1200), (4096, 65536), ((1 << 20) - 7, 7)]):
+        p.client.write_imm(src, 0, do, n, i)
+        (e,) = p.events(1)
+        assert (e.imm, e.len) == (i, n)
+        assert bytes(p.window[do:do + n]) == src_arr[:n].tobytes()
+    with pytest.raises(wimm.Error) as err:
+        p.client.write_imm(src, 0, (1 << 20) - 6, 7, 9)
+    assert err.value.name == "WIMM_E_BOUNDS"
+    with pytest.raises(ValueError):
+        p.sctx.allocate(0)
+    with pytest.raises(ValueError):
+        p.sctx.allocate(8, 1 << 7)
+    r = p.cctx.allocate(100)
+    r.buffer[99] = 7
+    r.deregister()
+
+
 def test_send_imm_data(make_pair):
     p = make_pair(recv_size=256)
     payload = bytes(range(200))

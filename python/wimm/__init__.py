@@ -334,6 +334,13 @@ class Context(_Scoped):
         """
         return Region(self, buffer, access)
 
+    def allocate(self, length, access=LOCAL):
+        """Memory wimm allocates and registers (wimm_mr_alloc): zeroed, page-aligned
+        shared memory, freed on deregister. On the ipc fabric a window in it is mapped
+        into a writer of the same user, whose writes are then plain stores. .buffer is
+        a memoryview of it (valid until deregistered)."""
+        return Region(self, None, access, allocate=length)
+
     def listen(self, addr, *, window=None, window_off=0, window_len=0, rx_depth=0, recv_size=0,
                sq_depth=0):
         """Listen on "host:port" (port 0: a free one, see .port); the attributes apply to
@@ -455,7 +462,10 @@ class Region(_Scoped):
     object registered. Deregister with .deregister() (or let the context
     close it)."""
 
-    def __init__(self, ctx, obj, access):
+    def __init__(self, ctx, obj, access, allocate=None):
+        if allocate is not None:
+            self._init_allocated(ctx, allocate, access)
+            return
         mv = memoryview(obj)
         if mv.readonly:
             mv.release()
@@ -488,6 +498,27 @@ class Region(_Scoped):
         self._h = h
         ctx._regions.append(self)
 
+    def _init_allocated(self, ctx, length, access):
+        if not isinstance(length, int) or length <= 0:
+            raise ValueError(f"allocate needs a positive length, not {length!r}")
+        if access & ~(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC):
+            raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, "
+                             f"REMOTE_ATOMIC, not {access!r}")
+        h = ctypes.c_void_p()
+        rc = lib.wimm_mr_alloc(ctx._handle(), length, access, ctypes.byref(h))
+        if rc < 0:
+            _raise(rc, ctx._h, f"allocate {length} bytes")
+        self._h = h
+        self.ctx = ctx
+        self.access = access
+        self.addr = lib.wimm_mr_addr(h)
+        self.len = length
+        self._cbuf = (ctypes.c_char * length).from_address(self.addr)
+        self.obj = None
+        self._mv = memoryview(self._cbuf).cast("B")
+        self.buffer = self._mv
+        ctx._regions.append(self)
+
     def __len__(self):
         return self.len
 
@@ -514,6 +545,8 @@ class Region(_Scoped):
             _raise(rc, self.ctx._h, "deregister")
         self._h = None
         self.ctx._regions.remove(self)
+        # Allocated memory is unmapped by now: views made from .buffer must not be
+        # used after this (as with any buffer freed under them).
         self._release()
 
     def close(self):

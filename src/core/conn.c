@@ -85,8 +85,11 @@ static int window_reg(struct wimm_conn *c, struct wimm_mr *window, size_t off, s
 {
 	const struct wimm_bmr *b = wimm_mr_bmr(window);
 	unsigned access = b->access & WIMM_REMOTE_ALL;
+	int ret = wimm_mr_reg(c->ctx, (char *)b->addr + off, len, access, &c->win_mr);
 
-	return wimm_mr_reg(c->ctx, (char *)b->addr + off, len, access, &c->win_mr);
+	if (!ret)
+		wimm_mr_share_memfd(c->win_mr, window, off);
+	return ret;
 }
 
 /* Everything of a connection that exists before the peer is known. */
@@ -155,6 +158,7 @@ static int conn_alloc(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, v
 	    .recv_size = attr->recv_size,
 	    .sq_depth = sq_depth,
 	    .sq_reserve = SQ_RESERVE,
+	    .window = c->win_mr ? wimm_mr_bmr(c->win_mr) : NULL,
 	};
 	if (attr->counter) {
 		ret = wimm_counter_attach(attr->counter, 1, &c->counter_source);

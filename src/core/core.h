@@ -55,6 +55,9 @@ void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c);
 const struct wimm_bmr *wimm_mr_bmr(const struct wimm_mr *mr);
 struct wimm_ctx *wimm_mr_ctx(const struct wimm_mr *mr);
 void wimm_mr_expose(struct wimm_mr *mr, int delta);
+/* mr, registered at `off` of region, lies in region's memfd (if it has
+ * one) and says so to the backend; the fd stays region's. */
+void wimm_mr_share_memfd(struct wimm_mr *mr, const struct wimm_mr *region, size_t off);
 
 /* conn.c: called by the ctx while it turns completions into events. */
 struct wimm_conn *wimm_conn_next(struct wimm_conn *c);

@@ -2,7 +2,8 @@
  * (SOCK_SEQPACKET: one handshake is one message) named after its port, so
  * "127.0.0.1:PORT" reaches it like the other fabrics. Each side sends its
  * handshake with three fds (SCM_RIGHTS: its tx ring, its wake page, its
- * eventfd); a refused connector gets the core's reject message and no fds.
+ * eventfd), a fourth when it offers its window for mapping (ipc_wire.h); a
+ * refused connector gets the core's reject message and no fds.
  * The socket then stays open as the connection's liveness channel. A
  * listener never waits on one connector (requests are read when whole);
  * the sockets' part shared with ofi:shm is core/sidechan.c. */
@@ -85,7 +86,7 @@ static socklen_t ipc_sun(int port, struct sockaddr_un *sa)
 static int ipc_send_msg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * IPC_NFDS)];
+		char buf[CMSG_SPACE(sizeof(int) * IPC_NFDS_MAX)];
 		struct cmsghdr align;
 	} cm;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
@@ -107,7 +108,7 @@ static int ipc_send_msg(int sock, const uint8_t *buf, size_t len, const int *fds
 	return r == (ssize_t)len ? 0 : -EMSGSIZE;
 }
 
-/* One message and the fds it carries (never more than IPC_NFDS are kept:
+/* One message and the fds it carries (never more than IPC_NFDS_MAX are kept:
  * extra ones a hostile peer attaches are closed). Bytes read, 0 at EOF, or
  * -errno. *nfds = -1 when the fds were cut (MSG_CTRUNC). */
 static ssize_t ipc_recv_msg(int sock, uint8_t *buf, size_t cap, int *fds, int *nfds)
@@ -131,7 +132,7 @@ static ssize_t ipc_recv_msg(int sock, uint8_t *buf, size_t cap, int *fds, int *n
 		int got[16];
 		memcpy(got, CMSG_DATA(h), sizeof(int) * (size_t)n);
 		for (int i = 0; i < n; i++) {
-			if (*nfds >= 0 && *nfds < IPC_NFDS)
+			if (*nfds >= 0 && *nfds < IPC_NFDS_MAX)
 				fds[(*nfds)++] = got[i];
 			else
 				close(got[i]);
@@ -238,16 +239,17 @@ struct ipc_hs_out {
 };
 
 /* A connector's handshake, whole or not at all (SOCK_SEQPACKET), with
- * the three fds it must carry: 1 and the request in o->req. */
+ * the three fds it must carry (four with a window): 1 and the request in
+ * o->req. */
 static int ipc_read(struct wimm_sidechan_pend *p, void *arg)
 {
 	struct ipc_hs_out *o = arg;
-	int fds[IPC_NFDS], nfds;
+	int fds[IPC_NFDS_MAX] = {-1, -1, -1, -1}, nfds;
 	ssize_t n = ipc_recv_msg(p->fd, o->hs, *o->hs_len, fds, &nfds);
 
 	if (n == -EAGAIN || n == -EWOULDBLOCK || n == -EINTR)
 		return 0;
-	if (n <= 0 || nfds != IPC_NFDS) {
+	if (n <= 0 || nfds < IPC_NFDS) {
 		ipc_close_fds(fds, nfds > 0 ? nfds : 0);
 		if (n <= 0)
 			return wimm_sidechan_fail(o->x->core, n ? (int)-n : ECONNRESET,
@@ -301,7 +303,7 @@ void ipc_reject(void *breq, const uint8_t *msg, size_t len)
 	/* A fresh socket has room for one small message: never waits. */
 	ipc_send_msg(r->sock, msg, len, NULL, 0);
 	close(r->sock);
-	ipc_close_fds(r->fd, IPC_NFDS);
+	ipc_close_fds(r->fd, IPC_NFDS_MAX);
 	free(r);
 }
 
@@ -333,7 +335,7 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 	struct ipc_conn *c = bconn;
 	struct ipc_ctx *x = c->ctx;
 	int64_t deadline = wimm_now_ms() + timeout_ms;
-	int p, nfds, mine[IPC_NFDS], ret = ipc_parse_port(port, &p);
+	int p, nfds, mine[IPC_NFDS_MAX], ret = ipc_parse_port(port, &p);
 
 	if (ret)
 		return ret;
@@ -344,9 +346,8 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 		return ret ? ret : WIMM_E_UNREACHABLE;
 	}
 	int err = -ipc_dial(c, p, deadline);
-	ipc_conn_fds(c, mine);
 	if (!err)
-		err = -ipc_send_msg(c->sock, hs, hs_len, mine, IPC_NFDS);
+		err = -ipc_send_msg(c->sock, hs, hs_len, mine, ipc_conn_fds(c, mine));
 	if (!err)
 		err = -wimm_sidechan_wait_fd(c->sock, POLLIN, deadline, x->core);
 	if (err)
@@ -363,7 +364,7 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 		return wimm_hs_decode_reject(reply, *reply_len, &reason) ? WIMM_E_REFUSED
 									 : WIMM_E_PROTO;
 	}
-	if (nfds != IPC_NFDS) {
+	if (nfds < IPC_NFDS) {
 		ipc_close_fds(c->peer_fd, nfds > 0 ? nfds : 0);
 		return ipc_errno_err(x, EPROTO, "reply without its three fds", WIMM_E_PROTO);
 	}
@@ -373,11 +374,10 @@ int ipc_connect(void *bconn, const char *host, const char *port, const uint8_t *
 int ipc_accept(void *bconn, const uint8_t *hs, size_t hs_len)
 {
 	struct ipc_conn *c = bconn;
-	int mine[IPC_NFDS];
+	int mine[IPC_NFDS_MAX];
 
-	ipc_conn_fds(c, mine);
 	/* A fresh socket has room for one small message: never waits. */
-	int ret = ipc_send_msg(c->sock, hs, hs_len, mine, IPC_NFDS);
+	int ret = ipc_send_msg(c->sock, hs, hs_len, mine, ipc_conn_fds(c, mine));
 	if (ret)
 		return wimm_sidechan_fail(c->ctx->core, -ret, "sending handshake");
 	return 0;

@@ -3,7 +3,10 @@
  * (it writes the consumer index and the status of what it consumed). The
  * peer's memfds are checked before they are mapped: sealed against
  * resizing (no SIGBUS from a peer that shrinks them), of the size their
- * geometry says; the geometry is copied once and trusted no more. */
+ * geometry says; the geometry is copied once and trusted no more. A window
+ * in wimm_mr_alloc memory is offered to a peer of our user for mapping
+ * (ipc_wire.h): its writes then store into it, behind the gate that
+ * ipc_close_gate() shuts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -102,8 +106,15 @@ int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->sock = -1;
 	c->tx.fd = -1;
 	c->peer_efd = -1;
-	for (int i = 0; i < IPC_NFDS; i++)
+	for (int i = 0; i < IPC_NFDS_MAX; i++)
 		c->peer_fd[i] = -1;
+	c->win_fd = -1;
+	/* Only a writable window in memory wimm allocated can be mapped. */
+	if (cfg->window && cfg->window->memfd >= 0 && (cfg->window->access & WIMM_REMOTE_WRITE)) {
+		c->win_fd = cfg->window->memfd;
+		c->win_fd_off = cfg->window->memfd_off;
+		c->win_key = cfg->window->key;
+	}
 	c->rx_depth = cfg->rx_depth;
 	wimm_recv_slots_init(&c->rx_slots, cfg->rx_depth);
 	c->recv_size = cfg->recv_size;
@@ -144,22 +155,43 @@ err_refuse:
 	return ret;
 }
 
-void ipc_conn_fds(const struct ipc_conn *c, int *fd)
+/* The peer at the other end of the socket runs as our user: it could
+ * read and write our memory anyway (process_vm_writev), so mapping our
+ * window into it gives it nothing new. */
+static int ipc_peer_is_us(const struct ipc_conn *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	return c->sock >= 0 && !getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) &&
+	       cred.uid == geteuid() && cred.pid > 0;
+}
+
+int ipc_conn_fds(struct ipc_conn *c, int *fd)
 {
 	fd[0] = c->tx.fd;
 	fd[1] = c->ctx->pgfd;
 	fd[2] = c->ctx->efd;
+	c->win_offered = c->win_fd >= 0 && c->ctx->direct && ipc_peer_is_us(c);
+	if (!c->win_offered)
+		return IPC_NFDS;
+	fd[3] = c->win_fd;
+	return IPC_NFDS_MAX;
 }
 
 int ipc_conn_addr(void *bconn, uint8_t *buf, size_t *len)
 {
 	struct ipc_conn *c = bconn;
+	size_t need = c->win_fd >= 0 ? IPC_ADDR_WIN_LEN : IPC_ADDR_LEN;
 
-	if (*len < IPC_ADDR_LEN)
+	if (*len < need)
 		return WIMM_E_NOMEM;
 	uint32_t v[2] = {IPC_ADDR_MAGIC, c->idx};
 	memcpy(buf, v, sizeof(v));
-	*len = IPC_ADDR_LEN;
+	/* Where the window starts in its memfd, should we send the memfd. */
+	if (c->win_fd >= 0)
+		memcpy(buf + IPC_ADDR_LEN, &c->win_fd_off, sizeof(c->win_fd_off));
+	*len = need;
 	return 0;
 }
 
@@ -193,6 +225,54 @@ static int ipc_check_eventfd(struct ipc_conn *c, int fd)
 		return WIMM_E_PROTO;
 	}
 	return 0;
+}
+
+/* The peer's window, offered with its memfd (the fourth fd): mapped so
+ * that our writes into it are stores. The window the handshake names must
+ * lie inside the memfd, which is sealed against shrinking. */
+static int ipc_map_peer_window(struct ipc_conn *c, const struct wimm_handshake *peer, int fd)
+{
+	uint64_t off;
+	size_t len;
+	int ret = ipc_check_memfd(c, fd, &len, "window");
+
+	if (ret)
+		return ret;
+	memcpy(&off, peer->addr + IPC_ADDR_LEN, sizeof(off));
+	if (peer->addr_len != IPC_ADDR_WIN_LEN || !(peer->flags & WIMM_HS_F_WINDOW_WRITE) ||
+	    peer->window_len == 0 || off > len || peer->window_len > len - off) {
+		wimm_ctx_set_provider_error(c->ctx->core, 0,
+					    "the peer's window does not fit the memfd it sent");
+		return WIMM_E_PROTO;
+	}
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = off & ~(page - 1);
+	size_t map_len = (size_t)((off + peer->window_len + page - 1) / page * page - start);
+	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+	if (m == MAP_FAILED)
+		return ipc_errno_err(c->ctx, errno, "mmap (peer window)", WIMM_E_PROVIDER);
+	c->pw_map = m;
+	c->pw_map_len = map_len;
+	c->pw_base = c->pw_map + (off - start);
+	c->pw_addr = peer->window_addr;
+	c->pw_len = peer->window_len;
+	c->pw_key = peer->window_key;
+	return 0;
+}
+
+void ipc_close_gate(struct ipc_conn *c)
+{
+	if (!c->win_offered || c->gate_shut || !c->rx.hdr)
+		return;
+	c->gate_shut = 1;
+	__atomic_store_n(&c->rx.hdr->closed, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	/* A store in progress ends in a memcpy's time; a peer that died
+	 * inside one (or stopped) is not waited for beyond a bound. */
+	int64_t until = wimm_now_ms() + 100;
+	while (__atomic_load_n(&c->rx.hdr->busy, __ATOMIC_ACQUIRE) &&
+	       c->down.state == WIMM_DOWN_ALIVE && wimm_now_ms() < until)
+		sched_yield();
 }
 
 static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
@@ -264,7 +344,8 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	uint32_t v[2];
 	int ret;
 
-	if (peer->addr_len != IPC_ADDR_LEN || c->peer_fd[0] < 0) {
+	if ((peer->addr_len != IPC_ADDR_LEN && peer->addr_len != IPC_ADDR_WIN_LEN) ||
+	    c->peer_fd[0] < 0) {
 		wimm_ctx_set_provider_error(x->core, 0, "the peer sent no ipc address");
 		return WIMM_E_PROTO;
 	}
@@ -288,6 +369,8 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	ret = ipc_check_eventfd(c, c->peer_fd[2]);
 	if (ret)
 		return ret;
+	if (c->peer_fd[3] >= 0 && (ret = ipc_map_peer_window(c, peer, c->peer_fd[3])))
+		return ret;
 	c->peer_page =
 	    mmap(NULL, IPC_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, c->peer_fd[1], 0);
 	if (c->peer_page == MAP_FAILED) {
@@ -297,7 +380,7 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	/* The mappings hold what we need; the eventfd stays open. */
 	c->peer_efd = c->peer_fd[2];
 	c->peer_fd[2] = -1;
-	ipc_close_fds(c->peer_fd, IPC_NFDS);
+	ipc_close_fds(c->peer_fd, IPC_NFDS_MAX);
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
 	if (epoll_ctl(x->epfd, EPOLL_CTL_ADD, c->sock, &ev))
 		return ipc_errno_err(x, errno, "epoll (connection socket)", WIMM_E_PROVIDER);
@@ -318,6 +401,7 @@ void ipc_conn_shutdown(void *bconn)
 	struct ipc_conn *c = bconn;
 
 	c->cut = 1;
+	ipc_close_gate(c);
 	if (c->sock >= 0)
 		shutdown(c->sock, SHUT_RDWR);
 }
@@ -346,15 +430,18 @@ void ipc_conn_delete(void *bconn)
 	}
 	if (c->in_epoll)
 		epoll_ctl(x->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+	ipc_close_gate(c);
 	if (c->sock >= 0)
 		close(c->sock);
+	if (c->pw_map)
+		munmap(c->pw_map, c->pw_map_len);
 	if (c->rx.hdr)
 		munmap(c->rx.hdr, c->rx.map_len);
 	if (c->peer_page)
 		munmap(c->peer_page, IPC_PAGE_BYTES);
 	if (c->peer_efd >= 0)
 		close(c->peer_efd);
-	ipc_close_fds(c->peer_fd, IPC_NFDS);
+	ipc_close_fds(c->peer_fd, IPC_NFDS_MAX);
 	if (c->tx.hdr)
 		munmap(c->tx.hdr, c->tx.map_len);
 	if (c->tx.fd >= 0)
@@ -409,10 +496,39 @@ static int ipc_is_atomic(enum wimm_op op)
 	return op == WIMM_OP_FETCH_ADD || op == WIMM_OP_CMP_SWAP;
 }
 
+/* A write whose bytes we can store into the peer's mapped window. The
+ * core checked the range against the window the peer named; this checks
+ * it against what we mapped, which is that window. */
+static int ipc_mapped_target(const struct ipc_conn *c, const struct wimm_wr *wr)
+{
+	return c->pw_base && (wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_WRITE_IMM) &&
+	       wr->rkey == c->pw_key && wr->raddr >= c->pw_addr &&
+	       wr->raddr - c->pw_addr <= c->pw_len &&
+	       wr->len <= c->pw_len - (wr->raddr - c->pw_addr);
+}
+
+/* The bytes of a write into the peer's mapped window, through the gate:
+ * DISCONNECTED once the peer closed it (nothing may land then). */
+static int ipc_store(struct ipc_conn *c, const struct wimm_wr *wr)
+{
+	struct ipc_ring_hdr *h = c->tx.hdr;
+
+	__atomic_store_n(&h->busy, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&h->closed, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+		return WIMM_E_DISCONNECTED;
+	}
+	memcpy(c->pw_base + (wr->raddr - c->pw_addr), wr->local, wr->len);
+	__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
+	return 0;
+}
+
 int ipc_post(void *bconn, const struct wimm_wr *wr)
 {
 	struct ipc_conn *c = bconn;
 	struct ipc_txq *q = &c->tx;
+	int ret;
 
 	if (c->cut || c->down.state != WIMM_DOWN_ALIVE)
 		return WIMM_E_DISCONNECTED;
@@ -427,11 +543,15 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* An atomic's 8-byte result comes back in the entry. */
 	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
 	int fetch = atomic || wr->op == WIMM_OP_READ;
+	/* Stored into the peer's window by us (a mapped window, ipc_wire.h). */
+	int mapped = len && ipc_mapped_target(c, wr);
+	if (mapped && (ret = ipc_store(c, wr)))
+		return ret;
 	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */
-	int direct =
-	    !fetch && len >= IPC_DIRECT_MIN && __atomic_load_n(&q->hdr->direct, __ATOMIC_ACQUIRE);
+	int direct = !fetch && !mapped && len >= IPC_DIRECT_MIN &&
+		     __atomic_load_n(&q->hdr->direct, __ATOMIC_ACQUIRE);
 	uint64_t doff = 0, dend = q->data_head;
-	if (len > IPC_INLINE && !direct) {
+	if (len > IPC_INLINE && !direct && !mapped) {
 		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET &&
 		    wimm_send_ring_outstanding(&q->ops) && ipc_tx_retire(c, NULL, 0) < 0)
 			return WIMM_E_DISCONNECTED;
@@ -446,8 +566,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
 	/* Reads and atomics complete only through the owner's look at them. */
-	e->flags =
-	    (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) | (direct ? IPC_F_DIRECT : 0));
+	e->flags = (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) |
+			      (direct ? IPC_F_DIRECT : 0) | (mapped ? IPC_F_MAPPED : 0));
 	e->len = len;
 	e->imm = wr->imm;
 	e->status = 0;
@@ -456,6 +576,8 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	if (atomic) {
 		memcpy(e->u.inl + IPC_ATOMIC_OPERAND, &wr->operand, 8);
 		memcpy(e->u.inl + IPC_ATOMIC_COMPARE, &wr->compare, 8);
+	} else if (mapped) {
+		e->u.doff = 0;
 	} else if (direct) {
 		e->u.doff = (uint64_t)(uintptr_t)wr->local;
 	} else if (len > IPC_INLINE) {

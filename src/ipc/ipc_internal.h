@@ -114,13 +114,25 @@ struct ipc_conn {
 	uint32_t linger;    /* empty polls left before we stop watching */
 
 	/* The peer's fds (from its request or its reply) until conn_ready. */
-	int peer_fd[IPC_NFDS];
+	int peer_fd[IPC_NFDS_MAX];
 	uint32_t peer_idx; /* our bit in its wake page */
 	struct ipc_page *peer_page;
 	int peer_efd;
 
 	struct ipc_txq tx;
 	struct ipc_rxq rx;
+
+	/* Our window, when it can be mapped by the peer (wimm_mr_alloc
+	 * memory, writable): its memfd (the region's), offset and key. */
+	int win_fd;
+	uint64_t win_fd_off;
+	uint64_t win_key;
+	int win_offered; /* sent to the peer: its writes are stores (gate) */
+	int gate_shut;	 /* ipc_close_gate done */
+	/* The peer's window, mapped: stores go to pw_base + (raddr - pw_addr). */
+	uint8_t *pw_map, *pw_base;
+	size_t pw_map_len;
+	uint64_t pw_addr, pw_len, pw_key;
 
 	uint32_t rx_depth, recv_size;
 	uint8_t *slots;
@@ -129,7 +141,7 @@ struct ipc_conn {
 
 struct ipc_req {
 	int sock;
-	int fd[IPC_NFDS];
+	int fd[IPC_NFDS_MAX]; /* -1 past those received */
 	char peer[64];
 };
 
@@ -166,8 +178,12 @@ int ipc_post(void *bconn, const struct wimm_wr *wr);
 /* FETCH_ADD / CMP_SWAP: served by the target's progress, like a read. */
 int ipc_post_atomic(void *bconn, const struct wimm_wr *wr);
 int ipc_rx_release(void *bconn, uint32_t n);
-/* Our fds for the peer: tx memfd, wake page, eventfd. */
-void ipc_conn_fds(const struct ipc_conn *c, int *fd);
+/* Our fds for the peer: tx memfd, wake page, eventfd, and the window's
+ * memfd when we offer it (a peer of our user): how many. */
+int ipc_conn_fds(struct ipc_conn *c, int *fd);
+/* Stores into our mapped window stop (the gate, ipc_wire.h): after this
+ * returns nothing of the peer's lands there (a live peer is waited for). */
+void ipc_close_gate(struct ipc_conn *c);
 
 /* ipc_poll.c */
 void ipc_conn_down(struct ipc_conn *c, int status, int prov_err);

@@ -114,7 +114,13 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		return WIMM_E_TOOBIG;
 	if (e->op == IPC_OP_FETCH_ADD || e->op == IPC_OP_CMP_SWAP)
 		return ipc_atomic(c, e, shared);
-	if (e->flags & IPC_F_DIRECT) {
+	if (e->flags & IPC_F_MAPPED) {
+		/* Only writes into the window we mapped into this peer: its
+		 * bytes can have landed nowhere else. */
+		if (!c->win_offered || (e->op != IPC_OP_WRITE && e->op != IPC_OP_WRITE_IMM) ||
+		    !e->len || (e->flags & IPC_F_DIRECT) || e->rkey != c->win_key)
+			return WIMM_E_PROTO;
+	} else if (e->flags & IPC_F_DIRECT) {
 		/* Only what we offered, and only for what carries a payload. */
 		if (c->rx.pid <= 0 || e->op == IPC_OP_READ || e->len <= IPC_INLINE)
 			return WIMM_E_PROTO;
@@ -126,7 +132,7 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 	case IPC_OP_WRITE_IMM:
 		if (e->len && (st = ipc_target(c->ctx, e, WIMM_REMOTE_WRITE, &at)))
 			return st;
-		if (e->len && (st = ipc_copy_in(c, e, src, at)))
+		if (e->len && !(e->flags & IPC_F_MAPPED) && (st = ipc_copy_in(c, e, src, at)))
 			return st;
 		if (e->op == IPC_OP_WRITE)
 			return 0;

@@ -29,6 +29,17 @@
  * could read at set-up (the probe of `self`), and reads only from the pid
  * the kernel names for the connection's socket (SO_PEERCRED).
  *
+ * A window in memory of wimm_mr_alloc (a sealed memfd) is offered to a
+ * peer of the owner's user id with the handshake: its memfd as a fourth
+ * fd, its offset in it in the ipc address (IPC_ADDR_WIN_LEN). That peer
+ * maps the window and stores its writes' bytes into it itself, then
+ * publishes an entry with IPC_F_MAPPED and no payload; the owner checks
+ * the entry (its key, range and access) as any other and copies nothing.
+ * The gate line of the producer's header keeps "nothing lands once the
+ * owner closed": the producer sets busy, fences, stores only if closed is
+ * still 0, clears busy; the owner sets closed, fences, and waits for busy
+ * to clear before it calls the connection closed.
+ *
  * A producer tells the consumer with ipc_notify() only when the consumer
  * does not watch the ring (it polls a recently busy connection's next
  * entry directly), so a stream costs one cache line per message.
@@ -39,7 +50,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#define IPC_MAGIC 0x5749504332ull /* "WIPC2" */
+#define IPC_MAGIC 0x5749504333ull /* "WIPC3" */
 #define IPC_LINE 64
 #define IPC_HDR_BYTES 4096
 #define IPC_INLINE 24
@@ -47,6 +58,8 @@
 #define IPC_ADDR_LEN 8		   /* conn_addr: magic (4) + our connection index (4) */
 #define IPC_ADDR_MAGIC 0x49504331u /* "IPC1" */
 #define IPC_NFDS 3		   /* tx memfd, wake page memfd, eventfd */
+#define IPC_NFDS_MAX 4		   /* + the memfd of a window offered for mapping */
+#define IPC_ADDR_WIN_LEN 16	   /* conn_addr + the window's offset in its memfd (8) */
 
 enum ipc_op {
 	IPC_OP_WRITE = 1,
@@ -63,6 +76,8 @@ enum ipc_op {
 #define IPC_F_NOTIFY 1u
 /* The payload is in the producer's memory at u.doff (see above). */
 #define IPC_F_DIRECT 2u
+/* The bytes are in the consumer's window already (a mapped window). */
+#define IPC_F_MAPPED 4u
 /* Below this a payload is copied through the data area: for small ones
  * two memcpy cost less than the system call (measured: docs/performance.md). */
 #define IPC_DIRECT_MIN (16u << 10)
@@ -93,6 +108,10 @@ struct ipc_ring_hdr {
 	_Alignas(IPC_LINE) uint32_t watch;
 	uint32_t direct;
 	_Alignas(IPC_LINE) uint64_t cons;
+	/* The gate of a mapped window (above): busy written by the producer,
+	 * closed by the consumer. */
+	_Alignas(IPC_LINE) uint32_t busy;
+	uint32_t closed;
 };
 _Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");
 

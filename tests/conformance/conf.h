@@ -102,6 +102,7 @@ struct region {
 	void *buf;
 	size_t len;
 	struct wimm_mr *mr;
+	int allocated; /* buf is wimm_mr_alloc's */
 };
 
 /* Two contexts and one connection between them: the server side listens and
@@ -121,6 +122,9 @@ int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *
 		   const struct wimm_ctx_attr *cattr);
 /* Register a zeroed region of len bytes on ctx, owned by the pair. */
 struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access);
+/* The same in memory of wimm_mr_alloc (zeroed by it; the ipc fabric maps
+ * such a window into the writer). */
+struct region *pair_region_alloc(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access);
 /* Listen with sattr, connect with cattr, accept: both conns exist after. */
 int pair_connect(struct pair *p, const struct wimm_conn_attr *sattr,
 		 const struct wimm_conn_attr *cattr);
@@ -172,6 +176,7 @@ extern const struct conf_test conf_tests_server[];
 extern const struct conf_test conf_tests_server_scale[];
 extern const struct conf_test conf_tests_atomic[];
 extern const struct conf_test conf_tests_connect_burst[];
+extern const struct conf_test conf_tests_alloc[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);

@@ -257,9 +257,13 @@ static int ipc_open(const char *uri, struct arena *a, struct hostile_peer *r, st
 	return hostile_open(uri, 64, 1, a, r, hc, &kind);
 }
 
-static const char *const ipc_ring_cases[] = {
-    "payload past the data area", "unknown operation", "consumer index beyond the server's ring",
-    "direct payload at an address the peer cannot read", "direct payload of a read"};
+static const char *const ipc_ring_cases[] = {"payload past the data area",
+					     "unknown operation",
+					     "consumer index beyond the server's ring",
+					     "direct payload at an address the peer cannot read",
+					     "direct payload of a read",
+					     "mapped write into a window never mapped",
+					     "mapped read"};
 #define IPC_RING_CASES (int)(sizeof(ipc_ring_cases) / sizeof(ipc_ring_cases[0]))
 
 static void ipc_ring_case(const char *uri, int i)
@@ -293,6 +297,15 @@ static void ipc_ring_case(const char *uri, int i)
 	if (i == 4)
 		raw_ipc_entry_flags(&r, IPC_OP_READ, IPC_F_DIRECT, r.raw.srv.window_addr,
 				    r.raw.srv.window_key, 100, 1, (uint64_t)(uintptr_t)r.raw.src);
+	/* The arena's window is wimm_mr_reg memory: never offered for
+	 * mapping, so an entry claiming its bytes are there already lies
+	 * (and a read has no bytes to have stored). */
+	if (i == 5)
+		raw_ipc_entry_flags(&r, IPC_OP_WRITE_IMM, IPC_F_MAPPED, r.raw.srv.window_addr,
+				    r.raw.srv.window_key, 100, 1, 0);
+	if (i == 6)
+		raw_ipc_entry_flags(&r, IPC_OP_READ, IPC_F_MAPPED, r.raw.srv.window_addr,
+				    r.raw.srv.window_key, 100, 1, 0);
 	for (int k = 0; k < 30 && !s.down; k++)
 		pump_both(a.p.sctx, &r, &s, 1, 100);
 	CHECKF(s.down, "%s: the raw peer is still connected", what);

@@ -249,8 +249,11 @@ int pair_open(struct pair *p, const char *uri)
 	return pair_open_attr(p, uri, NULL, NULL);
 }
 
-struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access)
+/* A region of len bytes on ctx, registered (allocated: by wimm_mr_alloc). */
+static struct region *region_add(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access,
+				 int allocated)
 {
+	const char *text = "";
 	struct region *r;
 	int rc;
 
@@ -262,25 +265,40 @@ struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, uns
 	memset(r, 0, sizeof(*r));
 	r->ctx = ctx;
 	r->len = len;
-	/* Page alignment, and never a zero-size allocation. */
-	if (posix_memalign(&r->buf, 4096, len ? len : 1)) {
+	r->allocated = allocated;
+	if (allocated) {
+		rc = wimm_mr_alloc(ctx, len, access, &r->mr);
+		r->buf = wimm_mr_addr(r->mr);
+	} else if (posix_memalign(&r->buf, 4096, len ? len : 1)) {
+		/* Page alignment, and never a zero-size allocation. */
 		conf_fail(__FILE__, __LINE__, "out of memory for %zu bytes", len);
 		return NULL;
+	} else {
+		memset(r->buf, 0, len ? len : 1);
+		rc = wimm_mr_reg(ctx, r->buf, len, access, &r->mr);
 	}
-	memset(r->buf, 0, len ? len : 1);
-	rc = wimm_mr_reg(ctx, r->buf, len, access, &r->mr);
 	if (rc) {
-		const char *text = "";
-
 		wimm_provider_error(ctx, &text);
-		conf_fail(__FILE__, __LINE__, "wimm_mr_reg(%zu bytes): %s (%s)", len,
-			  wimm_err_name(rc), text ? text : "");
-		free(r->buf);
+		conf_fail(__FILE__, __LINE__, "%s(%zu bytes): %s (%s)",
+			  allocated ? "wimm_mr_alloc" : "wimm_mr_reg", len, wimm_err_name(rc),
+			  text ? text : "");
+		if (!allocated)
+			free(r->buf);
 		r->buf = NULL;
 		return NULL;
 	}
 	p->nreg++;
 	return r;
+}
+
+struct region *pair_region_alloc(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access)
+{
+	return region_add(p, ctx, len, access, 1);
+}
+
+struct region *pair_region(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access)
+{
+	return region_add(p, ctx, len, access, 0);
 }
 
 int conf_listen(struct wimm_ctx *ctx, const struct wimm_conn_attr *attr, struct wimm_listener **l,
@@ -391,7 +409,8 @@ void pair_close(struct pair *p)
 	wimm_listener_delete(&p->l);
 	for (int i = p->nreg - 1; i >= 0; i--) {
 		wimm_mr_dereg(&p->reg[i].mr);
-		free(p->reg[i].buf);
+		if (!p->reg[i].allocated)
+			free(p->reg[i].buf);
 	}
 	p->nreg = 0;
 	if (p->sctx) {
