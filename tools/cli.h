@@ -70,6 +70,7 @@ struct bench_opts {
 	double pace_per_s; /* rate: offered messages per second; 0: as fast as credits allow */
 	size_t chunk;	   /* bulk: bytes per write */
 	int notify_each;   /* bulk: a doorbell per chunk; 0: plain writes, one doorbell last */
+	int memory_reg;	   /* --memory reg: malloc + wimm_mr_reg, not wimm_mr_alloc */
 };
 
 /* ------------------------------------------------------------ options.c */

@@ -211,6 +211,38 @@ static struct wimm_conn_attr conn_attr(const struct endpoint *ep)
 	};
 }
 
+/* The window and the source: wimm's own memory (the default: on ipc the
+ * window is mapped into the writer, as UCX's ucx_perftest maps the memory
+ * it allocates) or malloc'd and registered (--memory reg). */
+static void ep_memory(struct endpoint *ep, unsigned window_access)
+{
+	const char *role = ep->role;
+	size_t src_len = 2 * ep->slot_len;
+	int rc;
+
+	if (ep->opts->memory_reg) {
+		ep->window = alloc_buffer(ep->window_len);
+		ep->source = alloc_buffer(src_len);
+		rc =
+		    wimm_mr_reg(ep->ctx, ep->window, ep->window_len, window_access, &ep->window_mr);
+		if (rc < 0)
+			cli_fail(ep->ctx, rc, "%s: register the %zu-byte window", role,
+				 ep->window_len);
+		rc = wimm_mr_reg(ep->ctx, ep->source, src_len, WIMM_LOCAL, &ep->source_mr);
+		if (rc < 0)
+			cli_fail(ep->ctx, rc, "%s: register the source buffer", role);
+		return;
+	}
+	rc = wimm_mr_alloc(ep->ctx, ep->window_len, window_access, &ep->window_mr);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: allocate the %zu-byte window", role, ep->window_len);
+	rc = wimm_mr_alloc(ep->ctx, src_len, WIMM_LOCAL, &ep->source_mr);
+	if (rc < 0)
+		cli_fail(ep->ctx, rc, "%s: allocate the source buffer", role);
+	ep->window = wimm_mr_addr(ep->window_mr);
+	ep->source = wimm_mr_addr(ep->source_mr);
+}
+
 void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *role)
 {
 	memset(ep, 0, sizeof(*ep));
@@ -247,27 +279,21 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	ep->signal_off = (opts->size + 63) / 64 * 64;
 	if (opts->op == OP_WRITE_ATOMIC)
 		ep->window_len = ep->signal_off + 64;
-	ep->window = alloc_buffer(ep->window_len);
-	ep->source = alloc_buffer(2 * ep->slot_len);
+	unsigned window_access = WIMM_REMOTE_WRITE;
+	if (opts->op == OP_WRITE_ATOMIC)
+		window_access |= WIMM_REMOTE_ATOMIC;
+	ep_memory(ep, window_access);
 	/* A recognisable payload; write_poll overwrites only the flag byte. */
 	for (size_t i = 0; i < 2 * ep->slot_len; i++)
 		ep->source[i] = (unsigned char)(i & 0x7f);
 
-	unsigned window_access = WIMM_REMOTE_WRITE;
 	if (opts->op == OP_WRITE_ATOMIC) {
-		window_access |= WIMM_REMOTE_ATOMIC;
 		ep->result = alloc_buffer(sizeof(*ep->result));
 		rc = wimm_mr_reg(ep->ctx, ep->result, sizeof(*ep->result), WIMM_LOCAL,
 				 &ep->result_mr);
 		if (rc < 0)
 			cli_fail(ep->ctx, rc, "%s: register the atomic result word", role);
 	}
-	rc = wimm_mr_reg(ep->ctx, ep->window, ep->window_len, window_access, &ep->window_mr);
-	if (rc < 0)
-		cli_fail(ep->ctx, rc, "%s: register the %zu-byte window", role, ep->window_len);
-	rc = wimm_mr_reg(ep->ctx, ep->source, 2 * ep->slot_len, WIMM_LOCAL, &ep->source_mr);
-	if (rc < 0)
-		cli_fail(ep->ctx, rc, "%s: register the source buffer", role);
 }
 
 static void format_addr(char *buf, size_t len, const char *host, int port)
@@ -398,8 +424,10 @@ void ep_close(struct endpoint *ep)
 	rc = wimm_ctx_close(&ep->ctx);
 	if (rc < 0)
 		cli_fail(NULL, rc, "%s: close the context", ep->role);
-	free(ep->window);
-	free(ep->source);
+	if (ep->opts->memory_reg) {
+		free(ep->window);
+		free(ep->source);
+	}
 	free(ep->result);
 	ep->window = NULL;
 	ep->source = NULL;

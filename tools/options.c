@@ -117,6 +117,9 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "                %d; a server without it waits for its client forever)\n"
 	    "  --json        one JSON object on stdout (default: off, a perftest-like table)\n"
 	    "  --stats       each side's context counters at the end, on stderr (default: off)\n"
+	    "  --memory KIND where window and source live: alloc (wimm_mr_alloc: on ipc the\n"
+	    "                window is mapped into the writer) or reg (malloc + wimm_mr_reg:\n"
+	    "                copied in by the receiver) (default: alloc)\n"
 	    "%s"
 	    "  -h, --help    this text\n"
 	    "\n"
@@ -255,6 +258,7 @@ enum long_only_flag {
 	FLAG_RATE,
 	FLAG_CHUNK,
 	FLAG_NOTIFY,
+	FLAG_MEMORY,
 };
 
 /* A positive number of messages per second (decimals allowed). */
@@ -297,6 +301,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    {"rate", required_argument, NULL, FLAG_RATE},
 	    {"chunk", required_argument, NULL, FLAG_CHUNK},
 	    {"notify", required_argument, NULL, FLAG_NOTIFY},
+	    {"memory", required_argument, NULL, FLAG_MEMORY},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -381,6 +386,11 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 		case FLAG_NOTIFY:
 			only_for(BENCH_BULK, "--notify");
 			out->notify_each = parse_notify(optarg);
+			break;
+		case FLAG_MEMORY:
+			if (strcmp(optarg, "alloc") && strcmp(optarg, "reg"))
+				usage_error("unknown --memory '%s' (alloc, reg)", optarg);
+			out->memory_reg = strcmp(optarg, "reg") == 0;
 			break;
 		case FLAG_TIMEOUT:
 			timeout_s = parse_count("--timeout", optarg, 0, INT_MAX / 1000);

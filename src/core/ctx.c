@@ -435,9 +435,11 @@ void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c)
  * is room there and nothing is queued before them (the common case, no
  * copy through the backlog), the rest to the backlog. Returns events stored
  * in out, or a negative error. Inlined: an empty poll is a chain of calls,
- * and each one costs (a lot under emulation, as in a TCG guest). */
-static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *ctx,
-							      struct wimm_event *out, int room)
+ * and each one costs (a lot under emulation, as in a TCG guest). now: the
+ * coarse clock the caller read already, or 0 (read here, only when there
+ * are completions): one clock read per poll, not two. */
+static inline __attribute__((always_inline)) int
+backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now)
 {
 	struct wimm_cqe cqe[CQE_BATCH];
 	int stored = 0;
@@ -448,7 +450,8 @@ static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *c
 	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
 	if (n <= 0)
 		return n;
-	int64_t now = wimm_coarse_ns();
+	if (!now)
+		now = wimm_coarse_ns();
 	for (int i = 0; i < n; i++) {
 		struct wimm_event ev;
 		if (!wimm_conn_on_cqe(cqe[i].conn, &cqe[i], &ev, now))
@@ -463,7 +466,7 @@ static inline __attribute__((always_inline)) int backend_pass(struct wimm_ctx *c
 
 int wimm_ctx_progress_into_backlog(struct wimm_ctx *ctx)
 {
-	int n = backend_pass(ctx, NULL, 0);
+	int n = backend_pass(ctx, NULL, 0, 0);
 	return n < 0 ? n : 0;
 }
 
@@ -567,9 +570,8 @@ static int listener_events(struct wimm_ctx *ctx, struct wimm_event *ev, int n);
 /* The clock-driven work of a poll, looked at every millisecond whether or
  * not completions keep coming: connection requests (CONNECT first, so a
  * stream on one connection cannot starve a newcomer) and liveness. */
-static int control_plane(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
+static int control_plane(struct wimm_ctx *ctx, struct wimm_event *ev, int n, int64_t t)
 {
-	int64_t t = wimm_coarse_ns();
 	int got = 0;
 
 	if (t < ctx->next_listener_check_ns)
@@ -583,11 +585,12 @@ static int control_plane(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 
 static int poll_once(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 {
-	int got = control_plane(ctx, ev, n);
+	int64_t now = wimm_coarse_ns();
+	int got = control_plane(ctx, ev, n, now);
 
 	got = backlog_take(ctx, ev, got, n);
 	if (got < n) {
-		int k = backend_pass(ctx, ev + got, n - got);
+		int k = backend_pass(ctx, ev + got, n - got, now);
 		if (k < 0)
 			return k;
 		/* backend_pass may have queued more than fitted. */

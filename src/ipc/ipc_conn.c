@@ -534,6 +534,12 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		return WIMM_E_DISCONNECTED;
 	if (!c->mapped)
 		return WIMM_E_AGAIN;
+	/* A plain write into the mapped window that wants no completion is
+	 * done once stored: the receiver learns nothing of it on any fabric,
+	 * and a later doorbell's entry is published after these bytes. */
+	if (wr->op == WIMM_OP_WRITE && wr->len && !wr->signal && !wr->delivered &&
+	    ipc_mapped_target(c, wr))
+		return ipc_store(c, wr);
 	/* The user's operations leave the reserve to the core's own. */
 	if (!wimm_send_ring_has_room(&q->ops, wr->internal) && ipc_tx_retire(c, NULL, 0) < 0)
 		return WIMM_E_DISCONNECTED;

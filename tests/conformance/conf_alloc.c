@@ -124,6 +124,16 @@ static void t_alloc_integrity(const char *uri)
 		bad = conf_verify((uint8_t *)back->buf + 50, 100, seed + 1);
 		CHECKF(bad == 0, "size %zu: byte %zu differs on the way back", len, bad - 1);
 	}
+	/* A signaled plain write completes, after the unsignaled ones. */
+	CHECK_OK(wimm_write(p.c, src->mr, 0, 0, 64, 0));
+	CHECK_OK(wimm_write(p.c, src->mr, 0, 64, 64, WIMM_F_SIGNAL));
+	CHECK_EQ(wait_event(p.cctx, p.sctx, WIMM_EV_SEND_DONE, p.c, &ev, 10000, NULL), 1);
+	CHECK(ev.op == WIMM_OP_WRITE);
+	CHECK_RC(ev.status, 0);
+	/* (A completion says the write left; a doorbell after it that it landed.) */
+	CHECK_OK(wimm_write_imm(p.c, src->mr, 0, 0, 0, 0x200, 0));
+	CHECK_EQ(wait_event(p.sctx, p.cctx, WIMM_EV_WRITE_IMM, p.s, &ev, 10000, NULL), 1);
+	CHECK(memcmp(w, src->buf, 64) == 0 && memcmp(w + 64, src->buf, 64) == 0);
 	/* The core still refuses what lies outside the window. */
 	CHECK_RC(wimm_write(p.c, src->mr, 0, win_len, 1, 0), WIMM_E_BOUNDS);
 	CHECK_RC(wimm_write_imm(p.c, src->mr, 0, win_len - 10, 11, 1, 0), WIMM_E_BOUNDS);
