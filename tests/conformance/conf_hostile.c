@@ -170,14 +170,15 @@ void pump_both(struct wimm_ctx *ctx, struct hostile_peer *r, struct seen *s, int
 
 /* A server whose listener exposes [0, HALF) of an 8 KiB region (the second
  * half a canary), and an honest client connected to it. */
-static int arena_open(struct arena *a, const char *uri, uint32_t rx_depth)
+static int arena_open(struct arena *a, const char *uri, uint32_t rx_depth, int alloc)
 {
 	struct wimm_conn_attr sattr = {.rx_depth = rx_depth, .window_len = HALF};
 
 	memset(a, 0, sizeof(*a));
 	if (pair_open(&a->p, uri))
 		return -1;
-	a->win = pair_region(&a->p, a->p.sctx, 2 * HALF, WIMM_REMOTE_WRITE);
+	a->win = alloc ? pair_region_alloc(&a->p, a->p.sctx, 2 * HALF, WIMM_REMOTE_WRITE)
+		       : pair_region(&a->p, a->p.sctx, 2 * HALF, WIMM_REMOTE_WRITE);
 	if (!a->win)
 		return -1;
 	memset(a->win->buf, 0xCC, 2 * HALF);
@@ -271,9 +272,9 @@ int hostile_open(const char *uri, uint32_t depth, int need_windows, struct arena
 		conf_skip("%s", why);
 		return 1;
 	}
-	if (need_windows && shm_unenforced(*kind))
+	if ((need_windows & 1) && shm_unenforced(*kind))
 		return 1;
-	if (arena_open(a, uri, depth) || raw_alloc(r, *kind))
+	if (arena_open(a, uri, depth, need_windows & HOSTILE_ALLOC) || raw_alloc(r, *kind))
 		return -1;
 	if (raw_connect(r, uri, a->addr, a->p.sctx, a->p.l, hc) || !*hc) {
 		conf_fail(__FILE__, __LINE__, "raw peer: %s", r->raw.text);
@@ -453,6 +454,7 @@ const struct conf_test conf_tests_hostile[] = {
     {"hostile_overdraft", t_hostile_overdraft, 60},
     {"hostile_ipc_ring", t_hostile_ipc_ring, 60},
     {"hostile_ipc_direct", t_hostile_ipc_direct, 60},
+    {"hostile_ipc_mapped", t_hostile_ipc_mapped, 60},
     {"hostile_ipc_fds", t_hostile_ipc_fds, 60},
     {"ipc_addresses", t_ipc_addresses, 60},
     {NULL, NULL, 0},

@@ -25,6 +25,10 @@ struct hostile_peer {
 	struct raw_peer raw;
 	/* RAW_IPC: our ring and wake page, the server's (mapped from its fds). */
 	int ipc_sock, ipc_fd[IPC_NFDS];
+	/* The server's window, when it offered it for mapping (ipc_wire.h):
+	 * its memfd (-1: not offered) and the window's offset in it. */
+	int srv_win_fd;
+	uint64_t srv_win_off;
 	struct ipc_ring_hdr *ring, *srv_ring;
 	size_t srv_ring_len;
 	struct ipc_page *page, *srv_page;
@@ -60,6 +64,9 @@ void pump_both(struct wimm_ctx *ctx, struct hostile_peer *r, struct seen *s, int
 int raw_alloc(struct hostile_peer *r, int kind);
 int raw_reply(struct hostile_peer *r, const uint8_t *b, size_t n);
 void raw_close(struct hostile_peer *r);
+/* hostile_open's need_windows: 1, the fabric must enforce windows; with
+ * HOSTILE_ALLOC the arena's window is wimm_mr_alloc memory. */
+#define HOSTILE_ALLOC 2
 /* The arena, a raw peer of the fabric's kind, connected: 0, or 1 when the
  * test does not apply here (skipped), or -1 (a failure is recorded); in
  * every case hostile_close then undoes what it reached. */
@@ -80,6 +87,7 @@ void raw_ipc_progress(struct hostile_peer *r);
 void raw_ipc_close(struct hostile_peer *r);
 void t_hostile_ipc_ring(const char *uri);
 void t_hostile_ipc_direct(const char *uri);
+void t_hostile_ipc_mapped(const char *uri);
 void t_hostile_ipc_fds(const char *uri);
 void t_ipc_addresses(const char *uri);
 

@@ -81,16 +81,16 @@ int raw_ipc_connect(struct hostile_peer *r, const char *addr, struct wimm_ctx *c
 		    struct wimm_listener *l, struct wimm_conn **sconn)
 {
 	union {
-		char buf[CMSG_SPACE(IPC_NFDS * sizeof(int))];
+		char buf[CMSG_SPACE(IPC_NFDS_MAX * sizeof(int))];
 		struct cmsghdr align;
 	} cm;
 	uint8_t hs[WIMM_HS_MAX_LEN], reply[WIMM_HS_MAX_LEN];
 	struct wimm_handshake mine;
 	uint32_t a[2] = {IPC_ADDR_MAGIC, 0};
 	struct stat st;
-	int srv_fd[IPC_NFDS] = {-1, -1, -1};
+	int srv_fd[IPC_NFDS_MAX] = {-1, -1, -1, -1};
 
-	r->ipc_sock = r->srv_efd = -1;
+	r->ipc_sock = r->srv_efd = r->srv_win_fd = -1;
 	r->ring = raw_ipc_memfd(&r->ipc_fd[0], ipc_ring_bytes(RAW_IPC_ENTRIES, RAW_IPC_DATA));
 	r->page = raw_ipc_memfd(&r->ipc_fd[1], IPC_PAGE_BYTES);
 	r->ipc_fd[2] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -125,16 +125,24 @@ int raw_ipc_connect(struct hostile_peer *r, const char *addr, struct wimm_ctx *c
 		got = recvmsg(r->ipc_sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	}
 	struct cmsghdr *h = got > 0 ? CMSG_FIRSTHDR(&m) : NULL;
-	if (!h || h->cmsg_type != SCM_RIGHTS || h->cmsg_len != CMSG_LEN(sizeof(srv_fd)))
-		return raw_ipc_fail(r, "no reply with three fds");
-	memcpy(srv_fd, CMSG_DATA(h), sizeof(srv_fd));
+	/* Three fds, or four when the server offers its window for mapping. */
+	int nfds =
+	    h && h->cmsg_type == SCM_RIGHTS ? (int)((h->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
+	if (nfds != IPC_NFDS && nfds != IPC_NFDS_MAX)
+		return raw_ipc_fail(r, "no reply with three or four fds");
+	memcpy(srv_fd, CMSG_DATA(h), (size_t)nfds * sizeof(int));
 	r->srv_efd = srv_fd[2];
-	if (raw_reply(r, reply, (size_t)got) || r->raw.srv.addr_len != sizeof(a)) {
+	r->srv_win_fd = srv_fd[3];
+	if (raw_reply(r, reply, (size_t)got) ||
+	    (r->raw.srv.addr_len != sizeof(a) && r->raw.srv.addr_len != IPC_ADDR_WIN_LEN) ||
+	    (nfds == IPC_NFDS_MAX && r->raw.srv.addr_len != IPC_ADDR_WIN_LEN)) {
 		close(srv_fd[0]);
 		close(srv_fd[1]);
 		return -1;
 	}
 	memcpy(a, r->raw.srv.addr, sizeof(a));
+	if (r->raw.srv.addr_len == IPC_ADDR_WIN_LEN)
+		memcpy(&r->srv_win_off, r->raw.srv.addr + sizeof(a), sizeof(r->srv_win_off));
 	r->srv_idx = a[1];
 	fstat(srv_fd[0], &st);
 	r->srv_ring_len = (size_t)st.st_size;
@@ -238,6 +246,8 @@ void raw_ipc_close(struct hostile_peer *r)
 		munmap(r->page, IPC_PAGE_BYTES);
 	if (r->srv_efd >= 0)
 		close(r->srv_efd);
+	if (r->srv_win_fd > 0)
+		close(r->srv_win_fd);
 	for (int i = 0; i < IPC_NFDS; i++)
 		if (r->ipc_fd[i] > 0)
 			close(r->ipc_fd[i]);
@@ -370,6 +380,84 @@ void t_hostile_ipc_direct(const char *uri)
 	CHECK(canary_damage(&a) == 0);
 	CHECK(honest_ok(&a));
 out:
+	hostile_close(&hc, &r, &a);
+}
+
+/* A window offered for mapping (wimm_mr_alloc memory, a peer of our own
+ * user: the raw peer is this process): the raw peer gets its memfd, maps
+ * it and stores into it itself, then publishes IPC_F_MAPPED entries. An
+ * honest one is delivered with the bytes it stored; one naming another
+ * key, or a range past the window, ends the connection; and the server's
+ * close shuts the gate in our ring header, waiting (boundedly) for a
+ * writer that says it is inside a store. */
+void t_hostile_ipc_mapped(const char *uri)
+{
+	struct arena a;
+	struct hostile_peer r = {0};
+	struct wimm_conn *hc = NULL;
+	uint8_t *m = MAP_FAILED;
+	int kind;
+
+	if (strcmp(uri, "ipc") != 0) {
+		conf_skip("mapped windows are the ipc fabric's");
+		return;
+	}
+	const char *env = getenv("WIMM_IPC_DIRECT");
+	if (env && strcmp(env, "0") == 0) {
+		conf_skip("WIMM_IPC_DIRECT=0: no window is offered for mapping");
+		return;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (hostile_open(uri, 64, 1 | HOSTILE_ALLOC, &a, &r, &hc, &kind))
+			goto out;
+		struct seen s = {.conn = hc};
+		CHECKF(r.srv_win_fd >= 0, "case %d: the server did not offer its window", i);
+		m = mmap(NULL, 2 * HALF, PROT_READ | PROT_WRITE, MAP_SHARED, r.srv_win_fd, 0);
+		CHECK(m != MAP_FAILED);
+		uint8_t *w = m + r.srv_win_off;
+		if (i == 0) {
+			/* Honest: the bytes first, then the entry that says so. */
+			for (int k = 0; k < 100; k++)
+				w[k] = (uint8_t)(k * 3 + 1);
+			raw_ipc_entry_flags(&r, IPC_OP_WRITE_IMM, IPC_F_MAPPED,
+					    r.raw.srv.window_addr, r.raw.srv.window_key, 100, 9, 0);
+			for (int k = 0; k < 30 && !s.doorbells && !s.down; k++)
+				pump_both(a.p.sctx, &r, &s, 1, 100);
+			CHECKF(s.doorbells == 1 && !s.down,
+			       "honest mapped write: %d doorbells, down %d", s.doorbells, s.down);
+			CHECK(memcmp(a.win->buf, w, 100) == 0);
+		} else if (i < 3) {
+			/* Another key (the credit word's), or past the window. */
+			uint64_t key = i == 1 ? r.raw.srv.credit_key : r.raw.srv.window_key;
+			uint64_t at = i == 1 ? r.raw.srv.credit_addr : r.raw.srv.window_addr + HALF;
+			raw_ipc_entry_flags(&r, IPC_OP_WRITE_IMM, IPC_F_MAPPED, at, key, 8, 9, 0);
+			for (int k = 0; k < 30 && !s.down; k++)
+				pump_both(a.p.sctx, &r, &s, 1, 100);
+			CHECKF(s.down && s.doorbells == 0, "case %d: the lying entry was taken", i);
+			CHECKF(s.down_status == WIMM_E_PROTO || s.down_status == WIMM_E_BOUNDS,
+			       "case %d: dropped with %s", i, wimm_err_name(s.down_status));
+		} else {
+			/* A writer stuck inside a store: the close waits for it
+			 * at most 100 ms, and leaves the gate shut. */
+			__atomic_store_n(&r.ring->busy, 1, __ATOMIC_RELEASE);
+			int64_t t0 = conf_now_ms();
+			CHECK_OK(wimm_conn_delete(&hc));
+			int64_t took = conf_now_ms() - t0;
+			CHECKF(took >= 90 && took < 2000 * conf_scale(),
+			       "the close took %lld ms with a writer inside a store",
+			       (long long)took);
+			CHECK(__atomic_load_n(&r.ring->closed, __ATOMIC_ACQUIRE) == 1);
+		}
+		CHECK(canary_damage(&a) == 0);
+		CHECK(honest_ok(&a));
+		munmap(m, 2 * HALF);
+		m = MAP_FAILED;
+		hostile_close(&hc, &r, &a);
+	}
+	return;
+out:
+	if (m != MAP_FAILED)
+		munmap(m, 2 * HALF);
 	hostile_close(&hc, &r, &a);
 }
 
