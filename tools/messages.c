@@ -27,12 +27,17 @@ static unsigned char poll_round_flag(uint32_t round)
 }
 
 /* A source must stay unchanged until its operation completes, and our
- * operations are unsignaled. Messages alternate between two source slots:
- * when message seq+2 rewrites seq's slot, the peer has already answered
- * seq (pingpong) or acknowledged its round (rate), so seq's bytes have left. */
+ * operations are unsignaled. write_poll rewrites its flag byte per
+ * message, so its messages alternate between two source slots: when
+ * message seq+2 rewrites seq's slot, the peer has already answered seq
+ * (pingpong) or acknowledged its round (rate), so seq's bytes have left.
+ * The other strategies never rewrite the source: one slot, the footprint
+ * of the peers' tools (ucx_perftest and perftest send from one buffer; a
+ * second 4 MiB slot cost a 4 MiB ipc stream 34.5 against 38.5 GB/s,
+ * docs/performance.md, section 7). */
 static size_t source_slot(const struct endpoint *ep, uint32_t seq)
 {
-	return (seq & 1u) * ep->slot_len;
+	return ep->opts->op == OP_WRITE_POLL ? (seq & 1u) * ep->slot_len : 0;
 }
 
 void msg_send(struct endpoint *ep, uint32_t seq, unsigned flags)
