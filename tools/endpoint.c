@@ -211,36 +211,21 @@ static struct wimm_conn_attr conn_attr(const struct endpoint *ep)
 	};
 }
 
-/* The window and the source: wimm's own memory (the default: on ipc the
- * window is mapped into the writer, as UCX's ucx_perftest maps the memory
- * it allocates) or malloc'd and registered (--memory reg). */
-static void ep_memory(struct endpoint *ep, unsigned window_access)
+/* A buffer for the window or the source: wimm's own memory (the default:
+ * on ipc a window in it is mapped into the writer, as ucx_perftest maps the
+ * memory it allocates) or malloc'd and registered (--memory reg). */
+static unsigned char *ep_region(struct endpoint *ep, size_t len, unsigned access, const char *what,
+				struct wimm_mr **mr)
 {
-	const char *role = ep->role;
-	size_t src_len = 2 * ep->slot_len;
-	int rc;
+	int reg = ep->opts->memory_reg;
+	unsigned char *buf = reg ? alloc_buffer(len) : NULL;
+	int rc = reg ? wimm_mr_reg(ep->ctx, buf, len, access, mr)
+		     : wimm_mr_alloc(ep->ctx, len, access, mr);
 
-	if (ep->opts->memory_reg) {
-		ep->window = alloc_buffer(ep->window_len);
-		ep->source = alloc_buffer(src_len);
-		rc =
-		    wimm_mr_reg(ep->ctx, ep->window, ep->window_len, window_access, &ep->window_mr);
-		if (rc < 0)
-			cli_fail(ep->ctx, rc, "%s: register the %zu-byte window", role,
-				 ep->window_len);
-		rc = wimm_mr_reg(ep->ctx, ep->source, src_len, WIMM_LOCAL, &ep->source_mr);
-		if (rc < 0)
-			cli_fail(ep->ctx, rc, "%s: register the source buffer", role);
-		return;
-	}
-	rc = wimm_mr_alloc(ep->ctx, ep->window_len, window_access, &ep->window_mr);
 	if (rc < 0)
-		cli_fail(ep->ctx, rc, "%s: allocate the %zu-byte window", role, ep->window_len);
-	rc = wimm_mr_alloc(ep->ctx, src_len, WIMM_LOCAL, &ep->source_mr);
-	if (rc < 0)
-		cli_fail(ep->ctx, rc, "%s: allocate the source buffer", role);
-	ep->window = wimm_mr_addr(ep->window_mr);
-	ep->source = wimm_mr_addr(ep->source_mr);
+		cli_fail(ep->ctx, rc, "%s: %s the %zu-byte %s", ep->role,
+			 reg ? "register" : "allocate", len, what);
+	return reg ? buf : wimm_mr_addr(*mr);
 }
 
 void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *role)
@@ -282,7 +267,8 @@ void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *rol
 	unsigned window_access = WIMM_REMOTE_WRITE;
 	if (opts->op == OP_WRITE_ATOMIC)
 		window_access |= WIMM_REMOTE_ATOMIC;
-	ep_memory(ep, window_access);
+	ep->window = ep_region(ep, ep->window_len, window_access, "window", &ep->window_mr);
+	ep->source = ep_region(ep, 2 * ep->slot_len, WIMM_LOCAL, "source", &ep->source_mr);
 	/* A recognisable payload; write_poll overwrites only the flag byte. */
 	for (size_t i = 0; i < 2 * ep->slot_len; i++)
 		ep->source[i] = (unsigned char)(i & 0x7f);

@@ -36,6 +36,8 @@ refused "--chunk must be at least 1" bulk --chunk 0
 refused "--chunk is larger than -s" bulk -s 4K --chunk 8K
 refused "bulk's doorbell is write_imm" bulk -o write_send
 refused "wimm bulk needs -s of at least 1" bulk -s 0
+refused "unknown --memory 'shm'" rate --memory shm
+refused "--memory needs a value" pingpong --memory
 
 # json_check FILE PYTHON_CONDITION: the condition holds for the JSON in FILE
 # (`d` is the first object, `r` the receiver's line if there is one).

@@ -455,6 +455,12 @@ def _conn_attr(ctx, window, window_off, window_len, rx_depth, recv_size, sq_dept
                          _u32("recv_size", recv_size), _u32("sq_depth", sq_depth), None)
 
 
+def _check_access(access):
+    if access & ~(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC):
+        raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, "
+                         f"REMOTE_ATOMIC, not {access!r}")
+
+
 class Region(_Scoped):
     """A registered memory region over a Python buffer (Context.register).
 
@@ -475,10 +481,11 @@ class Region(_Scoped):
             mv.release()
             raise ValueError("cannot register a non-contiguous buffer: copy it into a "
                              "contiguous one first (numpy.ascontiguousarray)")
-        if access & ~(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC):
+        try:
+            _check_access(access)
+        except ValueError:
             mv.release()
-            raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, "
-                             f"REMOTE_ATOMIC, not {access!r}")
+            raise
         flat = mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
         # An export of the buffer: it pins the memory (no resize, no close)
         # and keeps obj alive as long as this region holds it.
@@ -501,9 +508,7 @@ class Region(_Scoped):
     def _init_allocated(self, ctx, length, access):
         if not isinstance(length, int) or length <= 0:
             raise ValueError(f"allocate needs a positive length, not {length!r}")
-        if access & ~(REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC):
-            raise ValueError(f"access must combine LOCAL, REMOTE_WRITE, REMOTE_READ, "
-                             f"REMOTE_ATOMIC, not {access!r}")
+        _check_access(access)
         h = ctypes.c_void_p()
         rc = lib.wimm_mr_alloc(ctx._handle(), length, access, ctypes.byref(h))
         if rc < 0:

@@ -56,16 +56,18 @@ int wimm_mr_alloc(struct wimm_ctx *ctx, size_t len, unsigned access, struct wimm
 	size_t map_len = (len + (size_t)page - 1) & ~((size_t)page - 1);
 	int fd = memfd_create("wimm-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0) {
-		wimm_ctx_set_provider_error(ctx, errno, "memfd_create (wimm_mr_alloc)");
-		return errno == ENOMEM || errno == EMFILE || errno == ENFILE ? WIMM_E_NOMEM
-									     : WIMM_E_PROVIDER;
+		int err = errno;
+		wimm_ctx_set_provider_error(ctx, err, "memfd_create (wimm_mr_alloc)");
+		return err == ENOMEM || err == EMFILE || err == ENFILE ? WIMM_E_NOMEM
+								       : WIMM_E_PROVIDER;
 	}
 	/* Sealed against resizing: a peer that maps it can never be made to
 	 * fault (SIGBUS) by a shrink, nor can it grow what we hold. */
 	if (ftruncate(fd, (off_t)map_len) ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		wimm_ctx_set_provider_error(ctx, errno, "sizing the memfd (wimm_mr_alloc)");
-		ret = errno == ENOSPC || errno == EFBIG ? WIMM_E_NOMEM : WIMM_E_PROVIDER;
+		int err = errno;
+		wimm_ctx_set_provider_error(ctx, err, "sizing the memfd (wimm_mr_alloc)");
+		ret = err == ENOSPC || err == EFBIG ? WIMM_E_NOMEM : WIMM_E_PROVIDER;
 		goto err_close_fd;
 	}
 	void *addr = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -155,16 +155,19 @@ err_refuse:
 	return ret;
 }
 
-/* The peer at the other end of the socket runs as our user: it could
- * read and write our memory anyway (process_vm_writev), so mapping our
- * window into it gives it nothing new. */
-static int ipc_peer_is_us(const struct ipc_conn *c)
+/* The pid the kernel names for the peer at the other end of the socket
+ * when it runs as our user (it could read and write our memory anyway,
+ * process_vm_writev: offering it direct payloads or our mapped window gives
+ * it nothing new), and when WIMM_IPC_DIRECT allows either; else 0. */
+static pid_t ipc_peer_of_our_user(const struct ipc_conn *c)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	return c->sock >= 0 && !getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) &&
-	       cred.uid == geteuid() && cred.pid > 0;
+	if (!c->ctx->direct || c->sock < 0 ||
+	    getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) || cred.uid != geteuid())
+		return 0;
+	return cred.pid > 0 ? cred.pid : 0;
 }
 
 int ipc_conn_fds(struct ipc_conn *c, int *fd)
@@ -172,7 +175,7 @@ int ipc_conn_fds(struct ipc_conn *c, int *fd)
 	fd[0] = c->tx.fd;
 	fd[1] = c->ctx->pgfd;
 	fd[2] = c->ctx->efd;
-	c->win_offered = c->win_fd >= 0 && c->ctx->direct && ipc_peer_is_us(c);
+	c->win_offered = c->win_fd >= 0 && ipc_peer_of_our_user(c) > 0;
 	if (!c->win_offered)
 		return IPC_NFDS;
 	fd[3] = c->win_fd;
@@ -232,13 +235,14 @@ static int ipc_check_eventfd(struct ipc_conn *c, int fd)
  * lie inside the memfd, which is sealed against shrinking. */
 static int ipc_map_peer_window(struct ipc_conn *c, const struct wimm_handshake *peer, int fd)
 {
-	uint64_t off;
+	uint64_t off = 0;
 	size_t len;
 	int ret = ipc_check_memfd(c, fd, &len, "window");
 
 	if (ret)
 		return ret;
-	memcpy(&off, peer->addr + IPC_ADDR_LEN, sizeof(off));
+	if (peer->addr_len == IPC_ADDR_WIN_LEN)
+		memcpy(&off, peer->addr + IPC_ADDR_LEN, sizeof(off));
 	if (peer->addr_len != IPC_ADDR_WIN_LEN || !(peer->flags & WIMM_HS_F_WINDOW_WRITE) ||
 	    peer->window_len == 0 || off > len || peer->window_len > len - off) {
 		wimm_ctx_set_provider_error(c->ctx->core, 0,
@@ -318,21 +322,17 @@ err_geometry:
  * the connection's socket (not one the peer could choose). */
 static void ipc_offer_direct(struct ipc_conn *c)
 {
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
+	pid_t pid = ipc_peer_of_our_user(c);
 	uint64_t magic = 0;
 	struct iovec mine = {.iov_base = &magic, .iov_len = sizeof(magic)};
 	/* Read once here: the peer may rewrite it, but it names only its own memory. */
 	uint64_t self = __atomic_load_n(&c->rx.hdr->self, __ATOMIC_RELAXED);
 	struct iovec theirs = {.iov_base = (void *)(uintptr_t)self, .iov_len = sizeof(magic)};
 
-	if (!c->ctx->direct || getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) ||
-	    cred.uid != geteuid() || cred.pid <= 0)
-		return;
-	if (process_vm_readv(cred.pid, &mine, 1, &theirs, 1, 0) != (ssize_t)sizeof(magic) ||
+	if (pid <= 0 || process_vm_readv(pid, &mine, 1, &theirs, 1, 0) != (ssize_t)sizeof(magic) ||
 	    magic != IPC_MAGIC)
 		return;
-	c->rx.pid = cred.pid;
+	c->rx.pid = pid;
 	__atomic_store_n(&c->rx.hdr->direct, 1, __ATOMIC_RELEASE);
 }
 
@@ -534,11 +534,12 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		return WIMM_E_DISCONNECTED;
 	if (!c->mapped)
 		return WIMM_E_AGAIN;
-	/* A plain write into the mapped window that wants no completion is
-	 * done once stored: the receiver learns nothing of it on any fabric,
-	 * and a later doorbell's entry is published after these bytes. */
-	if (wr->op == WIMM_OP_WRITE && wr->len && !wr->signal && !wr->delivered &&
-	    ipc_mapped_target(c, wr))
+	/* Stored into the peer's window by us (a mapped window, ipc_wire.h). */
+	int mapped = wr->len && ipc_mapped_target(c, wr);
+	/* A plain write that wants no completion is done once stored: the
+	 * receiver learns nothing of it on any fabric, and a later doorbell's
+	 * entry is published after these bytes. */
+	if (mapped && wr->op == WIMM_OP_WRITE && !wr->signal && !wr->delivered)
 		return ipc_store(c, wr);
 	/* The user's operations leave the reserve to the core's own. */
 	if (!wimm_send_ring_has_room(&q->ops, wr->internal) && ipc_tx_retire(c, NULL, 0) < 0)
@@ -549,8 +550,6 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* An atomic's 8-byte result comes back in the entry. */
 	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
 	int fetch = atomic || wr->op == WIMM_OP_READ;
-	/* Stored into the peer's window by us (a mapped window, ipc_wire.h). */
-	int mapped = len && ipc_mapped_target(c, wr);
 	if (mapped && (ret = ipc_store(c, wr)))
 		return ret;
 	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */

@@ -6,8 +6,10 @@
  * else in the region, every doorbell comes after its bytes, the core still
  * refuses ranges outside the window, and once the receiver has closed the
  * connection nothing of the writer's lands any more. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +35,16 @@ static void t_alloc_api(const char *uri)
 	CHECK_RC(wimm_mr_alloc(p.sctx, 4096, WIMM_REMOTE_WRITE, NULL), WIMM_E_INVAL);
 	CHECK_RC(wimm_mr_alloc(p.sctx, SIZE_MAX, WIMM_REMOTE_WRITE, &mr), WIMM_E_NOMEM);
 	CHECK(mr == NULL);
+	/* No file descriptor left for the memfd: NOMEM, the errno kept. */
+	struct rlimit nofile;
+	CHECK(getrlimit(RLIMIT_NOFILE, &nofile) == 0);
+	struct rlimit none = {.rlim_cur = 0, .rlim_max = nofile.rlim_max};
+	CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0);
+	int rc = wimm_mr_alloc(p.sctx, 4096, WIMM_REMOTE_WRITE, &mr);
+	CHECK(setrlimit(RLIMIT_NOFILE, &nofile) == 0);
+	CHECK_RC(rc, WIMM_E_NOMEM);
+	CHECK(mr == NULL);
+	CHECK_EQ(wimm_provider_error(p.sctx, NULL), EMFILE);
 
 	/* Zeroed, page-aligned, of the length asked for (not rounded up). */
 	CHECK_OK(wimm_mr_alloc(p.sctx, 10000, WIMM_REMOTE_WRITE | WIMM_REMOTE_READ, &mr));
