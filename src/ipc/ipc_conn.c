@@ -6,7 +6,7 @@
  * geometry says; the geometry is copied once and trusted no more. A window
  * in wimm_mr_alloc memory is offered to a peer of our user for mapping
  * (ipc_wire.h): its writes then store into it, behind the gate that
- * ipc_close_gate() shuts. */
+ * ipc_gate.c keeps. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -261,22 +261,8 @@ static int ipc_map_peer_window(struct ipc_conn *c, const struct wimm_handshake *
 	c->pw_addr = peer->window_addr;
 	c->pw_len = peer->window_len;
 	c->pw_key = peer->window_key;
+	c->gate_light = ipc_gate_register();
 	return 0;
-}
-
-void ipc_close_gate(struct ipc_conn *c)
-{
-	if (!c->win_offered || c->gate_shut || !c->rx.hdr)
-		return;
-	c->gate_shut = 1;
-	__atomic_store_n(&c->rx.hdr->closed, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	/* A store in progress ends in a memcpy's time; a peer that died
-	 * inside one (or stopped) is not waited for beyond a bound. */
-	int64_t until = wimm_now_ms() + 100;
-	while (__atomic_load_n(&c->rx.hdr->busy, __ATOMIC_ACQUIRE) &&
-	       c->down.state == WIMM_DOWN_ALIVE && wimm_now_ms() < until)
-		sched_yield();
 }
 
 static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
@@ -359,6 +345,7 @@ int ipc_conn_ready(void *bconn, const struct wimm_handshake *peer)
 	if (ret)
 		return ret;
 	ipc_offer_direct(c);
+	ipc_gate_offer(c);
 	ret = ipc_check_memfd(c, c->peer_fd[1], &len, "wake page");
 	if (ret)
 		return ret;
@@ -401,7 +388,7 @@ void ipc_conn_shutdown(void *bconn)
 	struct ipc_conn *c = bconn;
 
 	c->cut = 1;
-	ipc_close_gate(c);
+	ipc_gate_close(c);
 	if (c->sock >= 0)
 		shutdown(c->sock, SHUT_RDWR);
 }
@@ -430,7 +417,7 @@ void ipc_conn_delete(void *bconn)
 	}
 	if (c->in_epoll)
 		epoll_ctl(x->epfd, EPOLL_CTL_DEL, c->sock, NULL);
-	ipc_close_gate(c);
+	ipc_gate_close(c);
 	if (c->sock >= 0)
 		close(c->sock);
 	if (c->pw_map)
@@ -507,23 +494,6 @@ static int ipc_mapped_target(const struct ipc_conn *c, const struct wimm_wr *wr)
 	       wr->len <= c->pw_len - (wr->raddr - c->pw_addr);
 }
 
-/* The bytes of a write into the peer's mapped window, through the gate:
- * DISCONNECTED once the peer closed it (nothing may land then). */
-static int ipc_store(struct ipc_conn *c, const struct wimm_wr *wr)
-{
-	struct ipc_ring_hdr *h = c->tx.hdr;
-
-	__atomic_store_n(&h->busy, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&h->closed, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
-		return WIMM_E_DISCONNECTED;
-	}
-	memcpy(c->pw_base + (wr->raddr - c->pw_addr), wr->local, wr->len);
-	__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
-	return 0;
-}
-
 int ipc_post(void *bconn, const struct wimm_wr *wr)
 {
 	struct ipc_conn *c = bconn;
@@ -540,7 +510,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	 * receiver learns nothing of it on any fabric, and a later doorbell's
 	 * entry is published after these bytes. */
 	if (mapped && wr->op == WIMM_OP_WRITE && !wr->signal && !wr->delivered)
-		return ipc_store(c, wr);
+		return ipc_gate_store(c, wr);
 	/* The user's operations leave the reserve to the core's own. */
 	if (!wimm_send_ring_has_room(&q->ops, wr->internal) && ipc_tx_retire(c, NULL, 0) < 0)
 		return WIMM_E_DISCONNECTED;
@@ -550,7 +520,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* An atomic's 8-byte result comes back in the entry. */
 	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
 	int fetch = atomic || wr->op == WIMM_OP_READ;
-	if (mapped && (ret = ipc_store(c, wr)))
+	if (mapped && (ret = ipc_gate_store(c, wr)))
 		return ret;
 	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */
 	int direct = !fetch && !mapped && len >= IPC_DIRECT_MIN &&

@@ -127,8 +127,10 @@ struct ipc_conn {
 	int win_fd;
 	uint64_t win_fd_off;
 	uint64_t win_key;
-	int win_offered; /* sent to the peer: its writes are stores (gate) */
-	int gate_shut;	 /* ipc_close_gate done */
+	int win_offered;  /* sent to the peer: its writes are stores (gate) */
+	int gate_shut;	  /* ipc_gate_close done */
+	int gate_barrier; /* we announced a membarrier at close (ipc_gate.c) */
+	int gate_light;	  /* our stores into the peer's window may skip the fence */
 	/* The peer's window, mapped: stores go to pw_base + (raddr - pw_addr). */
 	uint8_t *pw_map, *pw_base;
 	size_t pw_map_len;
@@ -181,9 +183,20 @@ int ipc_rx_release(void *bconn, uint32_t n);
 /* Our fds for the peer: tx memfd, wake page, eventfd, and the window's
  * memfd when we offer it (a peer of our user): how many. */
 int ipc_conn_fds(struct ipc_conn *c, int *fd);
-/* Stores into our mapped window stop (the gate, ipc_wire.h): after this
- * returns nothing of the peer's lands there (a live peer is waited for). */
-void ipc_close_gate(struct ipc_conn *c);
+
+/* ipc_gate.c: the gate of a mapped window (ipc_wire.h). */
+/* Owner: announce in the gate line that our close runs a membarrier, when
+ * it can (after the peer's ring is mapped). */
+void ipc_gate_offer(struct ipc_conn *c);
+/* Writer: register this process for the owners' membarriers (once per
+ * process); 1 when our stores may skip the fence where announced. */
+int ipc_gate_register(void);
+/* Writer: the bytes of a write into the peer's mapped window, through the
+ * gate: DISCONNECTED once the owner closed it (nothing may land then). */
+int ipc_gate_store(struct ipc_conn *c, const struct wimm_wr *wr);
+/* Owner: stores into our mapped window stop: after this returns nothing of
+ * the peer's lands there (a live peer is waited for, 100 ms at most). */
+void ipc_gate_close(struct ipc_conn *c);
 
 /* ipc_poll.c */
 void ipc_conn_down(struct ipc_conn *c, int status, int prov_err);

@@ -38,7 +38,10 @@
  * The gate line of the producer's header keeps "nothing lands once the
  * owner closed": the producer sets busy, fences, stores only if closed is
  * still 0, clears busy; the owner sets closed, fences, and waits for busy
- * to clear before it calls the connection closed.
+ * to clear before it calls the connection closed. Where the owner has
+ * announced (barrier) that its close runs membarrier(GLOBAL_EXPEDITED), a
+ * producer registered for it orders busy before closed with a compiler
+ * barrier instead of its fence (ipc_gate.c).
  *
  * A producer tells the consumer with ipc_notify() only when the consumer
  * does not watch the ring (it polls a recently busy connection's next
@@ -109,9 +112,13 @@ struct ipc_ring_hdr {
 	uint32_t direct;
 	_Alignas(IPC_LINE) uint64_t cons;
 	/* The gate of a mapped window (above): busy written by the producer,
-	 * closed by the consumer. */
+	 * closed by the consumer; barrier, set by the consumer before it ever
+	 * closes: its close runs membarrier(GLOBAL_EXPEDITED), so a producer
+	 * registered for it may order busy before closed with a compiler
+	 * barrier instead of a fence (ipc_gate.c). */
 	_Alignas(IPC_LINE) uint32_t busy;
 	uint32_t closed;
+	uint32_t barrier;
 };
 _Static_assert(sizeof(struct ipc_ring_hdr) <= IPC_HDR_BYTES, "header fits its page");
 

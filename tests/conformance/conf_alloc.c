@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -160,6 +161,7 @@ struct writer {
 	struct wimm_ctx *ctx;
 	struct wimm_conn *c;
 	struct wimm_mr *src;
+	struct wimm_mr *src2; /* if set, every other write comes from it */
 	atomic_int stop;
 	atomic_int pause, paused; /* asked to hold still, holding still */
 	atomic_long posted;	  /* writes the fabric took */
@@ -181,7 +183,8 @@ static void *writer_run(void *arg)
 			continue;
 		}
 		long n = atomic_load(&wr->posted);
-		int rc = wimm_write(wr->c, wr->src, 0, (size_t)(n % 64) * 64, 4096,
+		struct wimm_mr *from = wr->src2 && n % 2 ? wr->src2 : wr->src;
+		int rc = wimm_write(wr->c, from, 0, (size_t)(n % 64) * 64, 4096,
 				    n % 32 == 31 ? WIMM_F_SIGNAL : 0);
 		if (rc == 0)
 			atomic_fetch_add(&wr->posted, 1);
@@ -200,13 +203,31 @@ static void *writer_run(void *arg)
 	return NULL;
 }
 
+/* Connects p with win as the server's window and starts a writer of src
+ * (and src2, when given) into it: 1 when it runs. */
+static int writer_start(struct pair *p, struct writer *wr, struct region *win, struct region *src,
+			struct region *src2, pthread_t *th)
+{
+	struct wimm_conn_attr sattr = {.window = win->mr};
+
+	if (pair_connect(p, &sattr, NULL))
+		return 0;
+	wr->ctx = p->cctx;
+	wr->c = p->c;
+	wr->src = src->mr;
+	wr->src2 = src2 ? src2->mr : NULL;
+	CHECK(pthread_create(th, NULL, writer_run, wr) == 0);
+	return 1;
+out:
+	return 0;
+}
+
 /* A writer streams into the window, holds still while the receiver takes
  * what is in flight, clears the window and closes its end (delete: at
  * once), then goes on writing until it learns of the close: the window
  * stays clear. */
 static void t_alloc_close(const char *uri)
 {
-	struct wimm_conn_attr sattr = {0};
 	struct writer wr = {0};
 	struct region *win, *src;
 	pthread_t th;
@@ -219,14 +240,9 @@ static void t_alloc_close(const char *uri)
 	src = pair_region_alloc(&p, p.cctx, 4096, WIMM_LOCAL);
 	CHECK(win && src);
 	memset(src->buf, 0xAB, 4096);
-	sattr.window = win->mr;
-	if (pair_connect(&p, &sattr, NULL))
+	started = writer_start(&p, &wr, win, src, NULL, &th);
+	if (!started)
 		goto out;
-	wr.ctx = p.cctx;
-	wr.c = p.c;
-	wr.src = src->mr;
-	CHECK(pthread_create(&th, NULL, writer_run, &wr) == 0);
-	started = 1;
 	/* Until the writes are landing (the receiver's progress moves them
 	 * on fabrics that need it). */
 	volatile uint8_t *w = win->buf;
@@ -259,9 +275,74 @@ out:
 	pair_close(&p);
 }
 
+/* The close while the writer streams on, unpaused: the receiver's close
+ * races the writer's stores (on ipc the gate's two sides, whichever
+ * barrier orders them). Two sources of different bytes at moving offsets,
+ * so that any store keeps changing the window: once the close has
+ * returned, the window must stay as it was. Repeated, since each round
+ * catches the writer at some other point of a store. */
+static void close_live_round(const char *uri, int round)
+{
+	struct writer wr = {0};
+	struct region *win, *src, *src2;
+	pthread_t th;
+	int started = 0;
+	uint8_t *snap = NULL;
+	struct pair p;
+
+	if (pair_open(&p, uri))
+		goto out;
+	win = pair_region_alloc(&p, p.sctx, 64 * 64 + 4096, WIMM_REMOTE_WRITE);
+	src = pair_region_alloc(&p, p.cctx, 4096, WIMM_LOCAL);
+	src2 = pair_region_alloc(&p, p.cctx, 4096, WIMM_LOCAL);
+	snap = malloc(64 * 64 + 4096);
+	CHECK(win && src && src2 && snap);
+	memset(src->buf, 0xAB, 4096);
+	memset(src2->buf, 0xCD, 4096);
+	started = writer_start(&p, &wr, win, src, src2, &th);
+	if (!started)
+		goto out;
+	/* Some writes landed, and the writer is still at it (a few more each
+	 * round, to close at another point of its stream). */
+	volatile uint8_t *w = win->buf;
+	long want = 100 + round * 37;
+	int64_t until = conf_now_ms() + (int64_t)(10000 * conf_scale());
+	while ((w[0] == 0 || atomic_load(&wr.posted) < want) && !atomic_load(&wr.stop) &&
+	       conf_now_ms() < until) {
+		struct wimm_event ev[16];
+		wimm_poll(p.sctx, ev, 16);
+	}
+	CHECKF(w[0] != 0, "no write landed in 10 s (%ld posted)", atomic_load(&wr.posted));
+	CHECK_OK(wimm_conn_delete(&p.s));
+	long at_close = atomic_load(&wr.posted);
+	memcpy(snap, win->buf, win->len);
+	conf_sleep_us((unsigned)(20000 * conf_scale()));
+	for (size_t k = 0; k < win->len; k++)
+		CHECKF(w[k] == snap[k],
+		       "round %d: byte %zu changed after the receiver's close returned (%ld writes "
+		       "at the close, %ld now)",
+		       round, k, at_close, atomic_load(&wr.posted));
+out:
+	if (started) {
+		atomic_store(&wr.stop, 1);
+		pthread_join(th, NULL);
+	}
+	free(snap);
+	pair_close(&p);
+}
+
+static void t_alloc_close_live(const char *uri)
+{
+	int rounds = conf_quick() ? 3 : 12;
+
+	for (int r = 0; r < rounds && !conf_failed(); r++)
+		close_live_round(uri, r);
+}
+
 const struct conf_test conf_tests_alloc[] = {
     {"alloc_api", t_alloc_api, 0},
     {"alloc_integrity", t_alloc_integrity, 0},
     {"alloc_close", t_alloc_close, 0},
+    {"alloc_close_live", t_alloc_close_live, 0},
     {NULL, NULL, 0},
 };
