@@ -321,6 +321,9 @@ def main():
         try:
             groups = calibrate(runner, groups, settings.rate_seconds, args.device, failed,
                                calibration, checkpoint)
+            groups, meta["beyond_capacity"] = plan.beyond_capacity(groups, calibration)
+            for key in meta["beyond_capacity"]:
+                say(f"not run: {key} (above the fabric's write_imm 8 B rate in calibration)")
             run_rounds(runner, groups, rounds, args.device, checkpoint, failed)
         except runners.TransportError as e:
             say(f"error: {e}")

@@ -313,7 +313,8 @@ def render(data, stem):
              bulk_detail(goals.bulk(ix, meta), meta),
              "### Receiver CPU per doorbell (µs) at fixed offered rates, write_imm 8 B",
              "getrusage of the receiver process over the timed round divided by its doorbells; "
-             "a rate the fabric did not sustain (achieved < 0.9x offered) shows n/a.",
+             "a rate the fabric did not sustain (achieved < 0.9x offered), or above its "
+             "write_imm 8 B rate in calibration (not run), shows n/a.",
              cpu_detail(ix, meta),
              "### Latency curves, write_imm (one-way µs; wimm median, peers their own "
              "statistic: fi_pingpong avg, UCX median)",

@@ -100,6 +100,25 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(cases["rate|ofi:tcp|write_imm|8"]["args"][-1], str(s.rate_iters))
         self.assertEqual(cases["lat|tcp|ucp_am_lat UCX_TLS=tcp|8"]["iters"], s.lat_iters)
 
+    def test_cpu_rates_beyond_a_fabric_not_run(self):
+        s = plan.Settings(full=False, rounds=1)
+        groups = plan.build(s, ["ofi:tcp", "ipc"], set())
+        calibration = [
+            {"ok": True, "kind": "rate", "fabric": "ofi:tcp", "op": "write_imm", "size": 8,
+             "msg_rate": 240000.0},
+            {"ok": True, "kind": "rate", "fabric": "ofi:tcp", "op": "write_poll", "size": 8,
+             "msg_rate": 9e9},
+            {"ok": False, "kind": "rate", "fabric": "ipc", "op": "write_imm", "size": 8}]
+        kept, dropped = plan.beyond_capacity(groups, calibration)
+        keys = {c["key"] for g in kept for c in g}
+        # ofi:tcp: 1M and 3M are above its 240000 msg/s, in every wait mode.
+        self.assertEqual(sorted(dropped), sorted(
+            f"cpu|ofi:tcp|{m}@{r}|8" for m in plan.WAIT_MODES for r in (1000000, 3000000)))
+        self.assertIn("cpu|ofi:tcp|block@100000|8", keys)
+        # ipc's calibration failed: nothing of it is left out.
+        self.assertIn("cpu|ipc|spin@3000000|8", keys)
+        self.assertEqual(sum(len(g) for g in kept) + len(dropped), sum(len(g) for g in groups))
+
     def test_backtrace_frames_left_out(self):
         text = "wimm:1 terminated with signal 11\n/lib/libfabric.so.1(+0xbb)[0x7f]\nend"
         self.assertEqual(runners._tail(text), "wimm:1 terminated with signal 11 | end")
