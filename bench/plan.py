@@ -28,9 +28,8 @@ class Settings:
         self.rate_sizes = [8, 64, 4096] if guest else [8, 4096]
         # Quick: perftest's own defaults (1000 round trips, 5000 messages) x2.
         # Not scaled down in the guest: 200 round trips there last about 5 ms,
-        # so one preemption of a QEMU thread moved a run's median (one cell's
-        # rounds 24.9-45.4 us at 200, 25.0-26.8 us at 2000: docs/performance.md
-        # section 8), and 2000 cost the run seconds, not minutes.
+        # a few scheduler slices of the QEMU threads (docs/performance.md,
+        # section 8); 2000 cost the run seconds, not minutes.
         self.lat_iters = 20000 if full else 2000
         self.rate_iters = (50000 if full else 10000) // scale
         # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a);
