@@ -7,10 +7,18 @@
  *   caller's wish for a SEND_DONE, and whether it is the core's own write
  *   (credit return, heartbeat, close fence), which has the reserve's slots
  *   and never counts against the user's sq_depth.
- * - Completions are in post order on every transport, and an unsignaled
- *   send has none of its own: the completion of a later one retires it
- *   (forced signals keep such runs shorter than half the ring, so a full
- *   ring always holds a signaled operation whose completion frees it).
+ * - An unsignaled send has no completion of its own (forced signals keep
+ *   such runs shorter than half the ring, so a full ring always holds a
+ *   signaled operation whose completion frees it). Two ways to retire:
+ *   - in order (verbs, ipc): completions come in post order, so the
+ *     completion of pos retires every operation up to it
+ *     (wimm_send_ring_complete);
+ *   - out of order (libfabric: shm completes a write it injects as it is
+ *     posted, but a read or an atomic posted before it when the peer's
+ *     answer comes): each completion marks its own operation
+ *     (wimm_send_ring_mark), unsignaled ones are complete when posted (the
+ *     backend injects them), and events are taken in post order
+ *     (wimm_send_ring_take), as wimm_poll(3) promises.
  * - When the connection goes down, what is outstanding needs no flush here:
  *   verbs flushes its QP (each WR completes with an error, through
  *   wimm_send_ring_complete), and for every backend the core fails the
@@ -34,6 +42,9 @@ struct wimm_send_slot {
 	uint8_t op;	  /* enum wimm_op */
 	uint8_t internal; /* the core's own write */
 	uint8_t report;	  /* the caller asked for SEND_DONE */
+	uint8_t done;	  /* out of order: complete, waiting for its turn */
+	int32_t status;	  /* out of order: its completion's status ... */
+	int32_t prov_err; /* ... and the provider's error */
 };
 
 struct wimm_send_ring {
@@ -115,6 +126,9 @@ static inline void wimm_send_ring_push(struct wimm_send_ring *r, const struct wi
 	s->op = (uint8_t)wr->op;
 	s->internal = wr->internal ? 1 : 0;
 	s->report = wr->signal ? 1 : 0;
+	s->done = !signaled; /* out of order: an unsignaled one is injected */
+	s->status = 0;
+	s->prov_err = 0;
 	r->head++;
 	if (!wr->internal)
 		r->user_out++;
@@ -180,6 +194,53 @@ static inline int wimm_send_ring_complete(struct wimm_send_ring *r, uint64_t pos
 	    .prov_err = prov_err,
 	};
 	return 1;
+}
+
+/* Out of order: the completion of the operation at `pos` (status 0, or its
+ * error), to be taken in its turn. A position not outstanding: nothing. */
+static inline void wimm_send_ring_mark(struct wimm_send_ring *r, uint64_t pos, int status,
+				       int prov_err)
+{
+	struct wimm_send_slot *s;
+
+	if (pos < r->tail || pos >= r->head)
+		return;
+	s = &r->slot[(uint32_t)pos & r->mask];
+	s->done = 1;
+	s->status = status;
+	s->prov_err = prov_err;
+}
+
+/* Out of order: is the oldest outstanding operation complete? */
+static inline int wimm_send_ring_ready(const struct wimm_send_ring *r)
+{
+	return r->tail < r->head && r->slot[(uint32_t)r->tail & r->mask].done;
+}
+
+/* Out of order: retire the complete operations at the tail, in post order,
+ * up to the first one to report: 1 with *e filled (as
+ * wimm_send_ring_complete fills it), 0 when none is to be reported yet. */
+static inline int wimm_send_ring_take(struct wimm_send_ring *r, struct wimm_conn *conn,
+				      struct wimm_cqe *e)
+{
+	while (wimm_send_ring_ready(r)) {
+		const struct wimm_send_slot *s = wimm_send_ring_retire(r, r->tail);
+
+		if (!s->status && !s->report)
+			continue;
+		*e = (struct wimm_cqe){
+		    .kind = s->status ? WIMM_CQE_SEND_ERROR : WIMM_CQE_SEND_DONE,
+		    .conn = conn,
+		    .len = s->len,
+		    .op = (enum wimm_op)s->op,
+		    .op_seq = s->op_seq,
+		    .internal = s->internal,
+		    .status = s->status,
+		    .prov_err = s->prov_err,
+		};
+		return 1;
+	}
+	return 0;
 }
 
 #endif /* WIMM_SEND_RING_H */

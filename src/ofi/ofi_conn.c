@@ -407,8 +407,12 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	}
 	/* Unsignaled sends retire only through a later completion: force one
 	 * every sq_depth/2 so the queue space in use stays known. Reads always
-	 * complete (their bytes are only there then). */
-	complete = wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ);
+	 * complete (their bytes are only there then), and so does what cannot
+	 * be injected: an unsignaled operation counts as complete when posted
+	 * (send_ring.h, out of order). */
+	complete =
+	    wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ ||
+						   wr->len > c->ctx->info->tx_attr->inject_size);
 	if (complete)
 		flags |= FI_COMPLETION;
 	else if (wr->len <= c->ctx->info->tx_attr->inject_size)

@@ -43,10 +43,18 @@
  * got WIMM_E_NOMEM from fi_recv at accept on a full lane).
  *
  * Known limit: shm completes operations that need the peer's answer (reads,
- * writes above inject_size) in the order of one response queue per
- * endpoint; a peer that dies with one outstanding stalls the completions
- * of later such operations on its lane. A lane that lost a peer that way
- * is retired: it takes no new connections and closes with its last one. */
+ * atomics, writes above inject_size) in the order of one response queue
+ * per endpoint, and an answer that never comes stalls the completions of
+ * every later such operation on the lane. It never comes when the peer
+ * dies, and also when the peer closed its side first: its window's
+ * registration goes with its connection, and shm 1.17 drops a command
+ * whose key no longer verifies without answering it
+ * (smr_progress_cmd_rma, smr_progress_cmd_atomic). A log writer that
+ * reconnected on being refused hung that way on its next fetch-and-add.
+ * So a connection that leaves with such an operation outstanding retires
+ * its lane: it takes no new connections (the reconnect gets a new one) and
+ * closes with its last member. The lane's other members keep it; their
+ * own answered operations may stall behind the lost answer. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +283,23 @@ void ofi_lane_cut(struct ofi_conn *c)
 	}
 }
 
+/* Has c an operation outstanding that completes only with the peer's answer
+ * (see the top)? Inline and injected writes complete as they are posted. */
+static int ofi_lane_awaits_answer(const struct ofi_conn *c)
+{
+	const struct wimm_send_ring *r = &c->sq;
+	size_t inject = c->ctx->info->tx_attr->inject_size;
+
+	for (uint64_t pos = wimm_send_ring_tail(r); pos < wimm_send_ring_head(r); pos++) {
+		const struct wimm_send_slot *s = wimm_send_ring_slot(r, pos);
+
+		if (!s->done && (s->op == WIMM_OP_READ || s->op == WIMM_OP_FETCH_ADD ||
+				 s->op == WIMM_OP_CMP_SWAP || s->len > inject))
+			return 1;
+	}
+	return 0;
+}
+
 /* A lane whose AV is full takes no new peer: it goes with its last member. */
 static int ofi_lane_spent(const struct ofi_lane *l)
 {
@@ -289,9 +314,10 @@ void ofi_lane_leave(struct ofi_conn *c)
 	if (!l)
 		return;
 	ofi_lane_cut(c);
-	/* A peer that died with an operation awaiting its answer blocks the
-	 * lane's response queue: no new connections there. */
-	if (c->down.state == WIMM_DOWN_REPORTED && wimm_send_ring_outstanding(&c->sq))
+	/* An answer that may never come blocks the lane's response queue: no
+	 * new connections there (see the top). */
+	if (ofi_lane_awaits_answer(c) ||
+	    (c->down.state == WIMM_DOWN_REPORTED && wimm_send_ring_outstanding(&c->sq)))
 		l->retired = 1;
 	l->members--;
 	if (!c->peer_name_len)
@@ -445,6 +471,19 @@ static struct ofi_conn *ofi_lane_owner(struct ofi_lane *l, struct ofi_ctx *x, ui
 	return ofi_cookie_conn(x, op_context);
 }
 
+/* Completions of c that one just let go, in post order (see ofi_convert),
+ * with room kept for `keep` more entries. */
+static void ofi_lane_take(struct ofi_lane *l, struct ofi_conn *c, uint32_t keep)
+{
+	while (wimm_send_ring_ready(&c->sq) && !ofi_ring_reserve(l, keep + 1)) {
+		struct ofi_rent *r = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+
+		if (!wimm_send_ring_take(&c->sq, c->core, &r->e))
+			break;
+		ofi_ring_push(l, c, r);
+	}
+}
+
 static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
 {
 	struct fi_cq_err_entry err = {0};
@@ -458,6 +497,7 @@ static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
 		return;
 	if (ofi_convert_err(c, &err, l->cq, &r->e))
 		ofi_ring_push(l, c, r);
+	ofi_lane_take(l, c, 0);
 }
 
 /* The CQ holds nothing of the cut connections any more. */
@@ -504,6 +544,8 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			/* A source no connection owns (cut, or not inserted yet): dropped. */
 			if (c && ofi_convert(c, &d[i], &e->e))
 				ofi_ring_push(l, c, e);
+			if (c)
+				ofi_lane_take(l, c, (uint32_t)(r - i));
 		}
 		read += (uint32_t)r;
 		if ((size_t)r < want) {

@@ -103,9 +103,11 @@ int ofi_convert(struct ofi_conn *c, const struct fi_cq_data_entry *d, struct wim
 		}
 		return 1;
 	}
-	/* Sends complete in order: this one retires every unsignaled one
-	 * before it; a forced completion reports nothing. */
-	return wimm_send_ring_complete(&c->sq, ofi_tx_of(c, d->op_context), 0, 0, c->core, e);
+	/* Out of order (shm injects a write posted after a read and completes
+	 * it first): marked, then taken in post order. A forced completion
+	 * reports nothing. */
+	wimm_send_ring_mark(&c->sq, ofi_tx_of(c, d->op_context), 0, 0);
+	return wimm_send_ring_take(&c->sq, c->core, e);
 }
 
 int ofi_convert_err(struct ofi_conn *c, const struct fi_cq_err_entry *err, struct fid_cq *cq,
@@ -138,8 +140,12 @@ int ofi_convert_err(struct ofi_conn *c, const struct fi_cq_err_entry *err, struc
 	/* An injected op has no context: blame the oldest outstanding one. */
 	if (pos == UINT64_MAX && !err->op_context && wimm_send_ring_outstanding(&c->sq))
 		pos = wimm_send_ring_tail(&c->sq);
-	if (wimm_send_ring_complete(&c->sq, pos, e->status, e->prov_err, c->core, e))
-		return 1;
+	if (pos != UINT64_MAX) {
+		int status = e->status, prov_err = e->prov_err;
+
+		wimm_send_ring_mark(&c->sq, pos, status, prov_err);
+		return wimm_send_ring_take(&c->sq, c->core, e);
+	}
 	/* None outstanding to blame: the endpoint itself failed. */
 	ofi_conn_down(c, e->status, e->prov_err);
 	return 0;
@@ -171,6 +177,9 @@ static int ofi_conn_read_cq(struct ofi_conn *c, struct wimm_cqe *out, int n)
 		}
 		for (ssize_t i = 0; i < r; i++)
 			got += ofi_convert(c, &d[i], &out[got]);
+		/* What a completion let go after its own (see ofi_convert). */
+		while (got < n && wimm_send_ring_take(&c->sq, c->core, &out[got]))
+			got++;
 		if ((size_t)r < want)
 			break;
 	}
@@ -271,6 +280,9 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 		c->stash_head = (c->stash_head + 1) % OFI_STASH;
 		c->stash_len--;
 	}
+	/* Completions taken in post order that did not fit last time. */
+	while (got < n && wimm_send_ring_take(&c->sq, c->core, &out[got]))
+		got++;
 	if (got < n && c->cq)
 		got += ofi_conn_read_cq(c, out + got, n - got);
 	/* The connection's last word: after whatever completed before it died. */
@@ -296,8 +308,8 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 		got += k;
 		if (k)
 			c->linger = OFI_LINGER;
-		else if (c->cq_fd >= 0 && !c->stash_len && c->down.state != WIMM_DOWN_PENDING &&
-			 !c->up_pending && --c->linger == 0)
+		else if (c->cq_fd >= 0 && !c->stash_len && !wimm_send_ring_ready(&c->sq) &&
+			 c->down.state != WIMM_DOWN_PENDING && !c->up_pending && --c->linger == 0)
 			ofi_hot_del(c);
 		c = x->hot ? next : NULL;
 	}
@@ -433,7 +445,8 @@ int ofi_arm(void *bctx)
 		return WIMM_E_NOMEM;
 	for (struct ofi_conn *c = x->hot; c && nf < x->nhot;) {
 		ofi_conn_stash_cq(c);
-		if (c->stash_len || c->down.state == WIMM_DOWN_PENDING || c->up_pending)
+		if (c->stash_len || wimm_send_ring_ready(&c->sq) ||
+		    c->down.state == WIMM_DOWN_PENDING || c->up_pending)
 			return WIMM_E_AGAIN;
 		if (c->cq_fd >= 0)
 			x->fids[nf++] = &c->cq->fid;

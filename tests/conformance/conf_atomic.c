@@ -485,10 +485,169 @@ out:
 	pair_close(&p);
 }
 
+/* A fetch-and-add on its way when the peer closes its side: the peer's
+ * window goes with its connection, so the answer may never come (shm 1.17
+ * drops such a command unanswered, and its answers come in order). The
+ * connection given up on it, deleted before any DISCONNECT came (as a log
+ * writer does when the server refuses it), must not take this context's
+ * later connections down with it: a new one to the same listener gets its
+ * atomics and reads answered. */
+static void t_atomic_peer_closed(const char *uri)
+{
+	struct log_capture lc = {{0}, 0};
+	struct wimm_ctx_attr cattr = {.log = capture_log, .log_arg = &lc};
+	struct wimm_conn_attr sattr = {.window_off = WIN_OFF, .window_len = WIN_LEN};
+	struct region *win, *res;
+	struct pair p;
+	char addr[300];
+	int rc;
+
+	if (pair_open_attr(&p, uri, NULL, &cattr))
+		goto out;
+	win = pair_region(&p, p.sctx, WIN_OFF + WIN_LEN + 256,
+			  WIMM_REMOTE_WRITE | WIMM_REMOTE_READ | WIMM_REMOTE_ATOMIC);
+	res = pair_region(&p, p.cctx, RESULT_LEN, WIMM_LOCAL);
+	CHECK(win && res);
+	sattr.window = win->mr;
+	if (conf_listen(p.sctx, &sattr, &p.l, addr, sizeof(addr)) ||
+	    pair_connect_on(&p, addr, NULL))
+		goto out;
+	volatile uint64_t *w = word_at(win, WIN_OFF + SIGNAL_OFF);
+	rc = wimm_fetch_add(p.c, res->mr, 0, SIGNAL_OFF, 1, 0);
+	if (rc == WIMM_E_NOTSUP)
+		goto out; /* t_atomic_values checks that NOTSUP is right */
+	CHECK_OK(rc);
+	if (atomic_done(&p, WIMM_OP_FETCH_ADD))
+		goto out;
+	/* The server closes; the client posts before it can know. */
+	wimm_conn_delete(&p.s);
+	rc = wimm_fetch_add(p.c, res->mr, 8, SIGNAL_OFF, 1, 0);
+	CHECKF(rc == 0 || rc == WIMM_E_DISCONNECTED, "fetch_add after the peer closed: %s",
+	       wimm_err_name(rc));
+	/* Only the server's fabric runs (shm: the command meets a key that
+	 * is gone); then the client gives up on the connection. */
+	drain_events(p.sctx, NULL, 200);
+	wimm_conn_delete(&p.c);
+
+	if (pair_connect_on(&p, addr, NULL))
+		goto out;
+	uint64_t before = *w;
+	CHECK_OK(wimm_fetch_add(p.c, res->mr, 16, SIGNAL_OFF, 1, 0));
+	if (atomic_done(&p, WIMM_OP_FETCH_ADD))
+		goto out;
+	CHECK_EQ(result_at(res, 16), before);
+	CHECK_EQ(*w, before + 1);
+	CHECK_OK(wimm_read(p.c, res->mr, 32, SIGNAL_OFF, WORD, WIMM_F_SIGNAL));
+	struct wimm_event ev;
+
+	CHECK_EQ(next_event(p.cctx, p.sctx, &ev, 10000), 1);
+	CHECKF(ev.type == WIMM_EV_SEND_DONE && ev.op == WIMM_OP_READ,
+	       "expected the read's SEND_DONE, got %s op %d", conf_ev_name(ev.type), (int)ev.op);
+	CHECK_EQ(result_at(res, 32), before + 1);
+out:
+	pair_close(&p);
+}
+
+/* Operations that need the peer's answer (a fetch-and-add, a read) and
+ * one that does not (a small write-with-imm, which shm completes as it is
+ * posted), back to back: every SEND_DONE asked for is reported once, in
+ * post order, each result there when its own is. */
+struct mixed_count {
+	int faa, writes, reads, imms;
+	int done, atomics; /* SEND_DONEs so far; a round has a fetch-and-add */
+};
+
+/* One look at both sides: 0, or -1 with the failure recorded. */
+static int mixed_take(struct pair *p, struct region *res, struct mixed_count *m)
+{
+	struct wimm_event ev[16];
+	int n = wimm_poll(p->cctx, ev, 16);
+
+	for (int i = 0; i < n; i++) {
+		CHECKF(ev[i].type == WIMM_EV_SEND_DONE, "client: %s status %s",
+		       conf_ev_name(ev[i].type), wimm_err_name(ev[i].status));
+		/* Post order: [fetch-and-add,] write-with-imm, read. */
+		static const enum wimm_op round[] = {WIMM_OP_FETCH_ADD, WIMM_OP_WRITE_IMM,
+						     WIMM_OP_READ};
+		int k = m->atomics ? m->done % 3 : 1 + m->done % 2;
+
+		CHECKF(ev[i].op == round[k], "SEND_DONE %d: op %d, posted as op %d", m->done,
+		       (int)ev[i].op, (int)round[k]);
+		m->done++;
+		if (ev[i].op == WIMM_OP_FETCH_ADD) {
+			m->faa++;
+			CHECKF(result_at(res, 8 * (size_t)m->faa) == (uint64_t)m->faa - 1,
+			       "fetch-and-add %d: its result not there with its SEND_DONE", m->faa);
+		}
+		m->writes += ev[i].op == WIMM_OP_WRITE_IMM;
+		m->reads += ev[i].op == WIMM_OP_READ;
+	}
+	n = wimm_poll(p->sctx, ev, 16);
+	for (int i = 0; i < n; i++)
+		m->imms += ev[i].type == WIMM_EV_WRITE_IMM;
+	return 0;
+out:
+	return -1;
+}
+
+static void t_atomic_mixed(const char *uri)
+{
+	struct log_capture lc = {{0}, 0};
+	struct region *win, *res;
+	struct mixed_count m = {0, 0, 0, 0, 0, 0};
+	struct pair p;
+	enum { ROUNDS = 50 };
+	int rc;
+
+	if (atomic_pair(&p, uri, WIMM_REMOTE_WRITE | WIMM_REMOTE_READ | WIMM_REMOTE_ATOMIC, &lc,
+			&win, &res))
+		goto out;
+	/* Without atomics (NOTSUP, checked by t_atomic_values): reads and
+	 * writes, which tcp may complete out of order as well. */
+	rc = wimm_fetch_add(p.c, res->mr, 0, SIGNAL_OFF, 0, 0);
+	int atomics = rc != WIMM_E_NOTSUP;
+
+	m.atomics = atomics;
+	if (atomics) {
+		CHECK_OK(rc);
+		if (atomic_done(&p, WIMM_OP_FETCH_ADD))
+			goto out;
+	} else {
+		*word_at(win, WIN_OFF + SIGNAL_OFF) = ROUNDS;
+	}
+	int64_t deadline = conf_now_ms() + 20000;
+
+	for (int i = 1; i <= ROUNDS; i++) {
+		int want_faa = atomics ? i : 0;
+
+		if (atomics)
+			CHECK_OK(wimm_fetch_add(p.c, res->mr, 8 * (size_t)i, SIGNAL_OFF, 1, 0));
+		CHECK_OK(wimm_write_imm(p.c, res->mr, 0, 0, 8, (uint32_t)i, WIMM_F_SIGNAL));
+		CHECK_OK(wimm_read(p.c, res->mr, 2048 + 8 * (size_t)i, SIGNAL_OFF, WORD, 0));
+		while ((m.faa < want_faa || m.writes < i || m.reads < i || m.imms < i) &&
+		       conf_now_ms() < deadline)
+			if (mixed_take(&p, res, &m))
+				goto out;
+		CHECKF(m.faa == want_faa && m.writes == i && m.reads == i && m.imms >= i,
+		       "round %d: SEND_DONEs of %d fetch-and-adds, %d writes, %d reads; %d "
+		       "doorbells",
+		       i, m.faa, m.writes, m.reads, m.imms);
+		/* The read's bytes are there with its SEND_DONE. */
+		CHECK_EQ(result_at(res, 2048 + 8 * (size_t)i), atomics ? (uint64_t)i : ROUNDS);
+	}
+	CHECK_EQ(m.imms, ROUNDS);
+	CHECK_EQ(drain_events(p.cctx, p.sctx, 100), 0);
+	CHECK_EQ(*word_at(win, WIN_OFF + SIGNAL_OFF), ROUNDS);
+out:
+	pair_close(&p);
+}
+
 const struct conf_test conf_tests_atomic[] = {
     {"atomic_values", t_atomic_values, 0},
     {"atomic_errors", t_atomic_errors, 0},
     {"atomic_permission", t_atomic_permission, 0},
     {"atomic_concurrent", t_atomic_concurrent, 180},
+    {"atomic_peer_closed", t_atomic_peer_closed, 0},
+    {"atomic_mixed", t_atomic_mixed, 0},
     {NULL, NULL, 0},
 };

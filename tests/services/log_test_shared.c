@@ -100,38 +100,61 @@ struct raw {
 	struct log_error err;
 	uint64_t id;
 	uint32_t grant;
-	int faa_done;
+	uint32_t got; /* answers arrived and not yet awaited, by kind (bit) */
+	int faa_done, down;
 };
+
+/* Take what arrives within ms: the server's answers, the fetch-and-add's
+ * completion, a disconnect. Kept until awaited: a raw writer that waits
+ * on a writer process meanwhile keeps its connection polled (liveness)
+ * without losing an answer. */
+static void raw_take(struct raw *r, int ms)
+{
+	struct wimm_event ev[8];
+	int n = wimm_wait(r->ctx, ev, 8, WIMM_WAIT_ADAPTIVE, ms);
+	for (int i = 0; i < n; i++) {
+		uint32_t f[2];
+		if (ev[i].type == WIMM_EV_DISCONNECT)
+			r->down = 1;
+		if (ev[i].type == WIMM_EV_SEND_DONE && ev[i].op == WIMM_OP_FETCH_ADD)
+			r->faa_done = 1;
+		if (ev[i].type != WIMM_EV_WRITE_IMM)
+			continue;
+		wimm_imm_unpack(log_layout_out(), ev[i].imm, f);
+		if (f[0] == LOG_K_ERROR)
+			log_error_decode(r->win + LOG_ERROR_OFF, &r->err);
+		if (f[0] == LOG_K_RESUME)
+			log_resume_decode(r->win + LOG_RESUME_OFF, &r->res);
+		if (f[0] == LOG_K_GRANT)
+			r->grant = f[1];
+		if (f[0] < 32)
+			r->got |= 1u << f[0];
+	}
+}
+
+static void raw_take_idle(void *arg)
+{
+	raw_take(arg, 20);
+}
 
 /* Wait for an answer of kind want (0: a fetch-and-add's completion): 0,
  * or -1 when the connection went down or nothing came. */
 static int raw_await(struct raw *r, uint32_t want, int ms)
 {
 	int64_t end = now_ms() + scaled_ms(ms);
-	while (now_ms() < end) {
-		struct wimm_event ev[8];
-		int n = wimm_wait(r->ctx, ev, 8, WIMM_WAIT_ADAPTIVE, 50);
-		for (int i = 0; i < n; i++) {
-			uint32_t f[2];
-			if (ev[i].type == WIMM_EV_DISCONNECT)
-				return -1;
-			if (ev[i].type == WIMM_EV_SEND_DONE && ev[i].op == WIMM_OP_FETCH_ADD &&
-			    want == 0)
-				return 0;
-			if (ev[i].type != WIMM_EV_WRITE_IMM)
-				continue;
-			wimm_imm_unpack(log_layout_out(), ev[i].imm, f);
-			if (f[0] == LOG_K_ERROR)
-				log_error_decode(r->win + LOG_ERROR_OFF, &r->err);
-			if (f[0] == LOG_K_RESUME)
-				log_resume_decode(r->win + LOG_RESUME_OFF, &r->res);
-			if (f[0] == LOG_K_GRANT)
-				r->grant = f[1];
-			if (f[0] == want)
-				return 0;
+	for (;;) {
+		if (want == 0 && r->faa_done) {
+			r->faa_done = 0;
+			return 0;
 		}
+		if (want && (r->got >> want & 1)) {
+			r->got &= ~(1u << want);
+			return 0;
+		}
+		if (r->down || now_ms() >= end)
+			return -1;
+		raw_take(r, 50);
 	}
-	return -1;
 }
 
 static void raw_close(struct raw *r)
@@ -338,8 +361,10 @@ int test_shared_hostile(void)
 	if (!(r.res.flags & LOG_RESUME_BY_REQUEST)) {
 		CHECK(raw_reserve(&r, 256, &at) == 0, "reserve");
 		CHECK(raw_write(&r, at + 256, 64, 1, 0) == 0, "post");
+		/* The raw writer stays polled meanwhile: silent for
+		 * liveness_ms, the server would drop it before it can refuse. */
 		CHECK(writer_start(&w, srv.shared_port, 4, 40, "1-2000", "--shared") == 0 &&
-			  proc_wait(&w, scaled_ms(60000)) == 0,
+			  proc_wait_idle(&w, 60000, raw_take_idle, &r) == 0,
 		      "honest writer 4 after a collision: %s", w.errtext);
 		CHECK(raw_await(&r, LOG_K_ERROR, 15000) == 0 && r.err.code == LOG_ERR_SKIPPED,
 		      "the raw writer at another's place: code %u, expected %u", r.err.code,

@@ -151,6 +151,11 @@ void proc_drain(struct proc *p)
  * -1 after timeout_ms (it is then killed). */
 int proc_wait(struct proc *p, int timeout_ms)
 {
+	return proc_wait_idle(p, timeout_ms, NULL, NULL);
+}
+
+int proc_wait_idle(struct proc *p, int timeout_ms, void (*idle)(void *), void *arg)
+{
 	int64_t end = now_ms() + scaled_ms(timeout_ms);
 	for (;;) {
 		proc_drain(p);
@@ -177,7 +182,9 @@ int proc_wait(struct proc *p, int timeout_ms)
 		}
 		struct pollfd pf[2] = {{.fd = p->out, .events = POLLIN},
 				       {.fd = p->err, .events = POLLIN}};
-		poll(pf, 2, 20);
+		if (idle)
+			idle(arg);
+		poll(pf, 2, idle ? 0 : 20);
 	}
 }
 

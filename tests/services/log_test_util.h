@@ -72,6 +72,9 @@ void proc_drain(struct proc *p);
 /* Wait for the process to end (draining its output); its exit status, or
  * -1 after timeout_ms (it is then killed). */
 int proc_wait(struct proc *p, int timeout_ms);
+/* The same, calling idle(arg) between looks (it may block up to about 20
+ * ms): a test's own connection stays polled while the process runs. */
+int proc_wait_idle(struct proc *p, int timeout_ms, void (*idle)(void *), void *arg);
 /* `wimm log serve` on directory d (extra1/extra2: more options or NULL):
  * its port, or -1. */
 int server_start_dir(struct proc *p, const char *d, int port, const char *extra1,
