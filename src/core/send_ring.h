@@ -77,6 +77,13 @@ static inline int wimm_send_ring_has_room(const struct wimm_send_ring *r, int in
 	return r->head - r->tail < r->capacity && (internal || r->user_out < r->user_depth);
 }
 
+/* 1 when half the ring, or half the user's share of it, is outstanding:
+ * time to want some back (ipc asks its consumer for its index then). */
+static inline int wimm_send_ring_half_full(const struct wimm_send_ring *r)
+{
+	return r->head - r->tail >= r->capacity / 2 || r->user_out >= r->user_depth / 2;
+}
+
 /* Where the next push goes: its absolute position and its slot index. */
 static inline uint64_t wimm_send_ring_head(const struct wimm_send_ring *r)
 {

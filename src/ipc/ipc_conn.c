@@ -295,6 +295,7 @@ static int ipc_map_peer_ring(struct ipc_conn *c, int fd)
 	/* Our count starts where the ring is now: a peer that published
 	 * before we mapped must still be within one ring of it. */
 	q->cons = __atomic_load_n(&q->hdr->cons, __ATOMIC_ACQUIRE);
+	q->published = q->cons;
 	return 0;
 
 err_geometry:
@@ -540,9 +541,15 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	struct ipc_entry *e = &q->ent[head & q->mask];
 	/* Every field before the seq that publishes them. */
 	e->op = (uint16_t)ipc_op_of(wr->op);
-	/* Reads and atomics complete only through the owner's look at them. */
-	e->flags = (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) |
-			      (direct ? IPC_F_DIRECT : 0) | (mapped ? IPC_F_MAPPED : 0));
+	/* Reads and atomics complete only through the owner's look at them.
+	 * The consumer's index comes back only when we ask (IPC_F_PUBLISH):
+	 * for the core's own operations (its reserve is small), for bytes
+	 * in the data area, and once half the ring is outstanding. */
+	int publish = wr->internal || (len > IPC_INLINE && !direct && !mapped) ||
+		      wimm_send_ring_half_full(&q->ops);
+	e->flags =
+	    (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) | (publish ? IPC_F_PUBLISH : 0) |
+		       (direct ? IPC_F_DIRECT : 0) | (mapped ? IPC_F_MAPPED : 0));
 	e->len = len;
 	e->imm = wr->imm;
 	e->status = 0;

@@ -179,14 +179,24 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 	}
 }
 
+/* What we consumed, told to the producer (ipc_wire.h: cons). */
+static void ipc_publish(struct ipc_conn *c)
+{
+	struct ipc_rxq *q = &c->rx;
+
+	if (q->published == q->cons)
+		return;
+	__atomic_store_n(&q->hdr->cons, q->cons, __ATOMIC_RELEASE);
+	q->published = q->cons;
+}
+
 /* Consume what the peer published, up to room cqes; *more when some is
  * left. A refused entry gets its status, ends the connection (as a
  * remote access error does on RDMA) and nothing after it lands. */
 static int ipc_drain(struct ipc_conn *c, struct wimm_cqe *out, int room, int *more)
 {
 	struct ipc_rxq *q = &c->rx;
-	int got = 0, notify = 0, down = c->down.state != WIMM_DOWN_ALIVE;
-	uint64_t start = q->cons;
+	int got = 0, notify = 0, publish = 0, down = c->down.state != WIMM_DOWN_ALIVE;
 
 	for (;;) {
 		struct ipc_entry *shared = &q->ent[q->cons & q->mask];
@@ -227,14 +237,14 @@ static int ipc_drain(struct ipc_conn *c, struct wimm_cqe *out, int room, int *mo
 		}
 		got += r;
 		notify |= e.flags & IPC_F_NOTIFY;
+		publish |= e.flags & IPC_F_PUBLISH;
 		q->cons++;
 	}
-	if (q->cons != start) {
-		__atomic_store_n(&q->hdr->cons, q->cons, __ATOMIC_RELEASE);
-		/* The producer waits for its signaled operations and reads. */
-		if (notify)
-			ipc_notify(c->peer_page, &c->tx.hdr->watch, c->peer_efd, c->peer_idx);
-	}
+	if (notify || publish)
+		ipc_publish(c);
+	/* The producer waits for its signaled operations and reads. */
+	if (notify)
+		ipc_notify(c->peer_page, &c->tx.hdr->watch, c->peer_efd, c->peer_idx);
 	return got;
 }
 
@@ -334,6 +344,9 @@ static int ipc_has_work(const struct ipc_conn *c)
  * arrived meanwhile, and c stays watched. */
 static int ipc_unwatch(struct ipc_conn *c)
 {
+	/* An idle ring owes its producer nothing: what it asked for nothing
+	 * of is told now, before we look away. */
+	ipc_publish(c);
 	__atomic_store_n(&c->rx.hdr->watch, 0, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (ipc_has_work(c)) {

@@ -16,6 +16,12 @@
  *   line 1   watch: the consumer polls this ring; direct: the consumer can
  *            read the producer's memory (both written by the consumer)
  *   line 2   cons: entries consumed, written by the consumer (release)
+ *            when it consumed an entry marked IPC_F_NOTIFY or
+ *            IPC_F_PUBLISH, and before it stops watching the ring: the
+ *            producer marks what it needs back (a signaled operation, a
+ *            read, an internal one, data-area bytes, or any entry once
+ *            half its ring is outstanding), so a ping-pong moves one line
+ *            per message, the entry, not two
  *   4096     entries[n], 64 bytes each; an entry is published by its seq
  *            (position + 1, stored last, release): no shared producer index
  *   ...      data area: payloads longer than an entry's inline bytes
@@ -53,7 +59,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#define IPC_MAGIC 0x5749504333ull /* "WIPC3" */
+#define IPC_MAGIC 0x5749504334ull /* "WIPC4" */
 #define IPC_LINE 64
 #define IPC_HDR_BYTES 4096
 #define IPC_INLINE 24
@@ -81,6 +87,11 @@ enum ipc_op {
 #define IPC_F_DIRECT 2u
 /* The bytes are in the consumer's window already (a mapped window). */
 #define IPC_F_MAPPED 4u
+/* The consumer publishes cons once it has consumed this entry (without
+ * waking the producer): the producer wants its slots or its data area
+ * back. Without it, and without IPC_F_NOTIFY, cons waits: a store the
+ * producer would read as a cache miss on every message (see cons). */
+#define IPC_F_PUBLISH 8u
 /* Below this a payload is copied through the data area: for small ones
  * two memcpy cost less than the system call (measured: docs/performance.md). */
 #define IPC_DIRECT_MIN (16u << 10)
