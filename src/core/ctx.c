@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/event_backlog.h"
 #include "core/liveness.h"
 
 #define CQE_BATCH 32
@@ -56,9 +57,8 @@ struct wimm_ctx {
 	 * each at most once; room for every linked connection. */
 	struct wimm_conn **rel;
 	uint32_t rel_n, rel_cap;
-	/* Events taken from the backend but not yet handed out: FIFO ring. */
-	struct wimm_event *backlog;
-	size_t bl_cap, bl_head, bl_count;
+	/* Events taken from the backend but not yet handed out. */
+	struct wimm_event_backlog bl;
 	int listeners;
 	int64_t next_listener_check_ns;
 	/* Listeners, for a backend whose listener fd is not exact. */
@@ -216,7 +216,7 @@ int wimm_ctx_close(struct wimm_ctx **pctx)
 	ctx->ops->ctx_close(ctx->bctx);
 	wimm_liveness_fini(&ctx->lv);
 	close(ctx->epfd);
-	free(ctx->backlog);
+	wimm_event_backlog_fini(&ctx->bl);
 	free(ctx->rel);
 	free(ctx->lis);
 	free(ctx);
@@ -368,67 +368,14 @@ void wimm_ctx_queue_release(struct wimm_ctx *ctx, struct wimm_conn *c)
 
 /* ----------------------------------------------------------- the backlog */
 
-/* Room for `more` events, made before the backend is polled: completions
- * taken from a CQ cannot be put back, so running out of memory must happen
- * before any is taken, never halfway through a batch. */
-static int backlog_reserve(struct wimm_ctx *ctx, size_t more)
-{
-	if (ctx->bl_cap - ctx->bl_count >= more)
-		return 0;
-	size_t cap = ctx->bl_cap ? ctx->bl_cap : 64;
-	while (cap - ctx->bl_count < more)
-		cap *= 2;
-	struct wimm_event *n = malloc(cap * sizeof(*n));
-	if (!n)
-		return WIMM_E_NOMEM;
-	/* Unwrap the ring into the new array. */
-	for (size_t i = 0; i < ctx->bl_count; i++)
-		n[i] = ctx->backlog[(ctx->bl_head + i) % ctx->bl_cap];
-	free(ctx->backlog);
-	ctx->backlog = n;
-	ctx->bl_cap = cap;
-	ctx->bl_head = 0;
-	return 0;
-}
-
-static void backlog_push(struct wimm_ctx *ctx, const struct wimm_event *ev)
-{
-	ctx->backlog[(ctx->bl_head + ctx->bl_count) % ctx->bl_cap] = *ev;
-	ctx->bl_count++;
-}
-
 int wimm_ctx_push_event(struct wimm_ctx *ctx, const struct wimm_event *ev)
 {
-	int ret = backlog_reserve(ctx, 1);
-	if (ret)
-		return ret;
-	backlog_push(ctx, ev);
-	return 0;
-}
-
-/* Move queued events into ev[got..n); returns the new count. */
-static int backlog_take(struct wimm_ctx *ctx, struct wimm_event *ev, int got, int n)
-{
-	while (got < n && ctx->bl_count > 0) {
-		ev[got++] = ctx->backlog[ctx->bl_head];
-		ctx->bl_head = (ctx->bl_head + 1) % ctx->bl_cap;
-		ctx->bl_count--;
-	}
-	return got;
+	return wimm_event_backlog_push(&ctx->bl, ev);
 }
 
 void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c)
 {
-	size_t kept = 0;
-
-	for (size_t i = 0; i < ctx->bl_count; i++) {
-		struct wimm_event ev = ctx->backlog[(ctx->bl_head + i) % ctx->bl_cap];
-		if (ev.conn == c)
-			continue;
-		ctx->backlog[(ctx->bl_head + kept) % ctx->bl_cap] = ev;
-		kept++;
-	}
-	ctx->bl_count = kept;
+	wimm_event_backlog_purge_conn(&ctx->bl, c);
 }
 
 /* One pass over the backend; completions go straight to `out` while there
@@ -444,7 +391,7 @@ backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now
 	struct wimm_cqe cqe[CQE_BATCH];
 	int stored = 0;
 
-	int n = backlog_reserve(ctx, CQE_BATCH);
+	int n = wimm_event_backlog_reserve(&ctx->bl, CQE_BATCH);
 	if (n)
 		return n;
 	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
@@ -456,7 +403,7 @@ backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now
 		struct wimm_event ev;
 		if (!wimm_conn_on_cqe(cqe[i].conn, &cqe[i], &ev, now))
 			continue;
-		if (stored < room && ctx->bl_count == 0)
+		if (stored < room && wimm_event_backlog_count(&ctx->bl) == 0)
 			out[stored++] = ev;
 		else if (wimm_ctx_push_event(ctx, &ev))
 			return stored ? stored : WIMM_E_NOMEM;
@@ -550,8 +497,9 @@ static void liveness_tick(struct wimm_ctx *ctx, int64_t now)
 	if (!ctx->conns || !wimm_liveness_due(&ctx->lv, now))
 		return;
 	for (int i = 0; i < SILENCE_PASSES && any_silent(ctx, now); i++) {
-		size_t before = ctx->bl_count;
-		if (wimm_ctx_progress_into_backlog(ctx) || ctx->bl_count == before)
+		size_t before = wimm_event_backlog_count(&ctx->bl);
+		if (wimm_ctx_progress_into_backlog(ctx) ||
+		    wimm_event_backlog_count(&ctx->bl) == before)
 			break;
 	}
 	/* Tick at least twice per heartbeat period any peer asked for. */
@@ -588,13 +536,13 @@ static int poll_once(struct wimm_ctx *ctx, struct wimm_event *ev, int n)
 	int64_t now = wimm_coarse_ns();
 	int got = control_plane(ctx, ev, n, now);
 
-	got = backlog_take(ctx, ev, got, n);
+	got = wimm_event_backlog_take(&ctx->bl, ev, got, n);
 	if (got < n) {
 		int k = backend_pass(ctx, ev + got, n - got, now);
 		if (k < 0)
 			return k;
 		/* backend_pass may have queued more than fitted. */
-		got = backlog_take(ctx, ev, got + k, n);
+		got = wimm_event_backlog_take(&ctx->bl, ev, got + k, n);
 	}
 	account_delivered(ctx, ev, got);
 	return got;
@@ -720,7 +668,7 @@ int wimm_ctx_arm(struct wimm_ctx *ctx)
 	for (uint32_t i = 0; i < ctx->rel_n; i++)
 		if (wimm_conn_return_due(ctx->rel[i]))
 			return WIMM_E_AGAIN;
-	if (ctx->bl_count > 0)
+	if (wimm_event_backlog_count(&ctx->bl) > 0)
 		return WIMM_E_AGAIN;
 	/* The tick wakes the sleeper; a tick already due is work now. */
 	wimm_liveness_drain(&ctx->lv);
