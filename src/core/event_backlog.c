@@ -8,8 +8,6 @@ int wimm_event_backlog_grow(struct wimm_event_backlog *b, size_t more)
 {
 	size_t cap = b->cap ? b->cap : 64;
 
-	if (b->cap - b->count >= more)
-		return 0;
 	while (cap - b->count < more)
 		cap *= 2;
 	struct wimm_event *n = malloc(cap * sizeof(*n));

@@ -15,8 +15,9 @@ struct wimm_event_backlog {
 	size_t cap, head, count;
 };
 
-/* Makes room for `more` events by growing (the ring unwrapped into the
- * new array); NOMEM, and then nothing changed. */
+/* The slow half of wimm_event_backlog_reserve (below), which alone calls
+ * it: grows the ring to room for `more` (unwrapped into the new array);
+ * NOMEM, and then nothing changed. */
 int wimm_event_backlog_grow(struct wimm_event_backlog *b, size_t more);
 /* Appends ev: NOMEM when there is no room and none can be made. */
 int wimm_event_backlog_push(struct wimm_event_backlog *b, const struct wimm_event *ev);

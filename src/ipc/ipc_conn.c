@@ -526,8 +526,10 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */
 	int direct = !fetch && !mapped && len >= IPC_DIRECT_MIN &&
 		     __atomic_load_n(&q->hdr->direct, __ATOMIC_ACQUIRE);
+	/* The payload goes through our data area, which only retiring frees. */
+	int in_data = len > IPC_INLINE && !direct && !mapped;
 	uint64_t doff = 0, dend = q->data_head;
-	if (len > IPC_INLINE && !direct && !mapped) {
+	if (in_data) {
 		if (q->data_head % IPC_DATA_BYTES > IPC_DATA_RESET &&
 		    wimm_send_ring_outstanding(&q->ops) && ipc_tx_retire(c, NULL, 0) < 0)
 			return WIMM_E_DISCONNECTED;
@@ -545,8 +547,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	 * The consumer's index comes back only when we ask (IPC_F_PUBLISH):
 	 * for the core's own operations (its reserve is small), for bytes
 	 * in the data area, and once half the ring is outstanding. */
-	int publish = wr->internal || (len > IPC_INLINE && !direct && !mapped) ||
-		      wimm_send_ring_half_full(&q->ops);
+	int publish = wr->internal || in_data || wimm_send_ring_half_full(&q->ops);
 	e->flags =
 	    (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) | (publish ? IPC_F_PUBLISH : 0) |
 		       (direct ? IPC_F_DIRECT : 0) | (mapped ? IPC_F_MAPPED : 0));
@@ -562,7 +563,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		e->u.doff = 0;
 	} else if (direct) {
 		e->u.doff = (uint64_t)(uintptr_t)wr->local;
-	} else if (len > IPC_INLINE) {
+	} else if (in_data) {
 		e->u.doff = doff;
 		if (!fetch)
 			memcpy(q->data + doff, wr->local, len);
