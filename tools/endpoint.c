@@ -431,6 +431,37 @@ static _Noreturn void fail_event(const struct endpoint *ep, const struct wimm_ev
 	end_process();
 }
 
+/* An event the caller waits for (1), or one handled here (0): an error
+ * ends the run, a departure is noted, set-up news is dropped. */
+static int keep_event(struct endpoint *ep, const struct wimm_event *ev)
+{
+	switch (ev->type) {
+	case WIMM_EV_ERROR:
+		fail_event(ep, ev);
+	case WIMM_EV_DISCONNECT:
+		ep->peer_gone = 1;
+		ep->peer_gone_status = ev->status;
+		return 0;
+	case WIMM_EV_CONNECT:
+		/* One client per run; later requests are ignored. */
+	case WIMM_EV_ESTABLISHED:
+	case WIMM_EV_COUNT:
+		return 0;
+	case WIMM_EV_SEND_DONE:
+		/* write_atomic's adds: always signaled, awaited by no one
+		 * (the peer's word says the message arrived). */
+		if (ev->op == WIMM_OP_FETCH_ADD) {
+			ep->atomics_done++;
+			return 0;
+		}
+		/* fall through */
+	case WIMM_EV_WRITE_IMM:
+	case WIMM_EV_SEND_IMM:
+		return !ep->peer_gone;
+	}
+	return 0;
+}
+
 /* Take what the context has (without waiting unless `wait`) into the
  * backlog. Returns the number of events the library returned. */
 static int fetch_events(struct endpoint *ep, int wait)
@@ -462,32 +493,11 @@ static int fetch_events(struct endpoint *ep, int wait)
 
 	int kept = 0;
 	for (int i = 0; i < n; i++) {
-		switch (dst[i].type) {
-		case WIMM_EV_ERROR:
-			fail_event(ep, &dst[i]);
-		case WIMM_EV_DISCONNECT:
-			ep->peer_gone = 1;
-			ep->peer_gone_status = dst[i].status;
-			break;
-		case WIMM_EV_CONNECT:
-			/* One client per run; later requests are ignored. */
-		case WIMM_EV_ESTABLISHED:
-		case WIMM_EV_COUNT:
-			break;
-		case WIMM_EV_SEND_DONE:
-			/* write_atomic's adds: always signaled, awaited by no one
-			 * (the peer's word says the message arrived). */
-			if (dst[i].op == WIMM_OP_FETCH_ADD) {
-				ep->atomics_done++;
-				break;
-			}
-			/* fall through */
-		case WIMM_EV_WRITE_IMM:
-		case WIMM_EV_SEND_IMM:
-			if (!ep->peer_gone)
-				dst[kept++] = dst[i];
-			break;
-		}
+		if (!keep_event(ep, &dst[i]))
+			continue;
+		if (kept != i)
+			dst[kept] = dst[i];
+		kept++;
 	}
 	ep->backlog_count += kept;
 	return n;
@@ -549,6 +559,20 @@ static void pop_event(struct endpoint *ep, struct wimm_event *out)
 
 void ep_next_event(struct endpoint *ep, struct wimm_event *out)
 {
+	/* A spinning ping-pong's case, nothing queued: one event at a time
+	 * straight into out, as an application's loop would take it (no
+	 * backlog, no copy). Anything unusual takes the general path. */
+	unsigned empty_polls = 0;
+	while (ep->backlog_count == 0 && ep->opts->wait_mode == WIMM_WAIT_SPIN && !ep->peer_gone &&
+	       empty_polls < SPINS_PER_CLOCK_CHECK) {
+		int n = wimm_poll(ep->ctx, out, 1);
+		if (n < 0)
+			cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
+		if (n == 0)
+			empty_polls++;
+		else if (keep_event(ep, out))
+			return;
+	}
 	fill_backlog(ep, "a message");
 	pop_event(ep, out);
 }

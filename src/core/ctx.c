@@ -400,12 +400,16 @@ backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now
 	if (!now)
 		now = wimm_coarse_ns();
 	for (int i = 0; i < n; i++) {
-		struct wimm_event ev;
-		if (!wimm_conn_on_cqe(cqe[i].conn, &cqe[i], &ev, now))
+		struct wimm_event spare;
+		/* Made in place where it will most likely go. */
+		int direct = stored < room && wimm_event_backlog_count(&ctx->bl) == 0;
+		struct wimm_event *ev = direct ? &out[stored] : &spare;
+		if (!wimm_conn_on_cqe(cqe[i].conn, &cqe[i], ev, now))
 			continue;
-		if (stored < room && wimm_event_backlog_count(&ctx->bl) == 0)
-			out[stored++] = ev;
-		else if (wimm_ctx_push_event(ctx, &ev))
+		/* on_cqe may have queued one before it (ESTABLISHED). */
+		if (direct && wimm_event_backlog_count(&ctx->bl) == 0)
+			stored++;
+		else if (wimm_ctx_push_event(ctx, ev))
 			return stored ? stored : WIMM_E_NOMEM;
 	}
 	return stored;

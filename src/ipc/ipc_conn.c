@@ -114,6 +114,7 @@ int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 		c->win_fd = cfg->window->memfd;
 		c->win_fd_off = cfg->window->memfd_off;
 		c->win_key = cfg->window->key;
+		c->win = cfg->window;
 	}
 	c->rx_depth = cfg->rx_depth;
 	wimm_recv_slots_init(&c->rx_slots, cfg->rx_depth);

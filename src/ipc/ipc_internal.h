@@ -128,6 +128,9 @@ struct ipc_conn {
 	int win_fd;
 	uint64_t win_fd_off;
 	uint64_t win_key;
+	/* Its registration: the connection's own, deleted after it, so a
+	 * mapped entry is checked against it without a lookup. */
+	const struct wimm_bmr *win;
 	int win_offered;  /* sent to the peer: its writes are stores (gate) */
 	int gate_shut;	  /* ipc_gate_close done */
 	int gate_barrier; /* we announced a membarrier at close (ipc_gate.c) */

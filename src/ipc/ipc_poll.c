@@ -29,6 +29,14 @@ void ipc_conn_down(struct ipc_conn *c, int status, int prov_err)
 	ipc_evq_add(c);
 }
 
+/* Does a peer's access of [raddr, raddr+len) stay inside [addr, addr+len)? */
+static int ipc_inside(const void *addr, size_t len, const struct ipc_entry *e)
+{
+	uint64_t base = (uint64_t)(uintptr_t)addr;
+
+	return e->raddr >= base && e->raddr - base <= len && e->len <= len - (e->raddr - base);
+}
+
 /* Where a peer's access of [raddr, raddr+len) lands in our memory. */
 static int ipc_target(const struct ipc_ctx *x, const struct ipc_entry *e, unsigned access,
 		      char **at)
@@ -37,10 +45,9 @@ static int ipc_target(const struct ipc_ctx *x, const struct ipc_entry *e, unsign
 
 	if (!m || !(m->access & access))
 		return WIMM_E_PERM;
-	uint64_t base = (uint64_t)(uintptr_t)m->addr;
-	if (e->raddr < base || e->raddr - base > m->len || e->len > m->len - (e->raddr - base))
+	if (!ipc_inside(m->addr, m->len, e))
 		return WIMM_E_BOUNDS;
-	*at = m->addr + (e->raddr - base);
+	*at = m->addr + (e->raddr - (uint64_t)(uintptr_t)m->addr);
 	return 0;
 }
 
@@ -120,6 +127,10 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		if (!c->win_offered || (e->op != IPC_OP_WRITE && e->op != IPC_OP_WRITE_IMM) ||
 		    !e->len || (e->flags & IPC_F_DIRECT) || e->rkey != c->win_key)
 			return WIMM_E_PROTO;
+		/* That window, writable (or it had not been offered), and
+		 * registered while c lives: its range is the whole check. */
+		if (!ipc_inside(c->win->addr, c->win->len, e))
+			return WIMM_E_BOUNDS;
 	} else if (e->flags & IPC_F_DIRECT) {
 		/* Only what we offered, and only for what carries a payload. */
 		if (c->rx.pid <= 0 || e->op == IPC_OP_READ || e->len <= IPC_INLINE)
@@ -130,9 +141,9 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 	switch (e->op) {
 	case IPC_OP_WRITE:
 	case IPC_OP_WRITE_IMM:
-		if (e->len && (st = ipc_target(c->ctx, e, WIMM_REMOTE_WRITE, &at)))
-			return st;
-		if (e->len && !(e->flags & IPC_F_MAPPED) && (st = ipc_copy_in(c, e, src, at)))
+		if (e->len && !(e->flags & IPC_F_MAPPED) &&
+		    ((st = ipc_target(c->ctx, e, WIMM_REMOTE_WRITE, &at)) ||
+		     (st = ipc_copy_in(c, e, src, at))))
 			return st;
 		if (e->op == IPC_OP_WRITE)
 			return 0;
