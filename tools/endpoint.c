@@ -462,6 +462,22 @@ static int keep_event(struct endpoint *ep, const struct wimm_event *ev)
 	return 0;
 }
 
+/* Handle the n events at ev; those the caller waits for move to the front,
+ * in order. Returns how many. */
+static int keep_events(struct endpoint *ep, struct wimm_event *ev, int n)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!keep_event(ep, &ev[i]))
+			continue;
+		if (kept != i)
+			ev[kept] = ev[i];
+		kept++;
+	}
+	return kept;
+}
+
 /* Take what the context has (without waiting unless `wait`) into the
  * backlog. Returns the number of events the library returned. */
 static int fetch_events(struct endpoint *ep, int wait)
@@ -491,15 +507,7 @@ static int fetch_events(struct endpoint *ep, int wait)
 	if (n < 0)
 		cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
 
-	int kept = 0;
-	for (int i = 0; i < n; i++) {
-		if (!keep_event(ep, &dst[i]))
-			continue;
-		if (kept != i)
-			dst[kept] = dst[i];
-		kept++;
-	}
-	ep->backlog_count += kept;
+	ep->backlog_count += keep_events(ep, dst, n);
 	return n;
 }
 
@@ -559,19 +567,27 @@ static void pop_event(struct endpoint *ep, struct wimm_event *out)
 
 void ep_next_event(struct endpoint *ep, struct wimm_event *out)
 {
-	/* A spinning ping-pong's case, nothing queued: one event at a time
-	 * straight into out, as an application's loop would take it (no
-	 * backlog, no copy). Anything unusual takes the general path. */
+	/* A spinning wait with nothing queued, the case of every message of a
+	 * ping-pong and of a stream: the context's events straight into the
+	 * empty backlog, without fill_backlog's bookkeeping. Anything unusual
+	 * (a departure, a long silence, a blocking wait) takes that path. */
 	unsigned empty_polls = 0;
 	while (ep->backlog_count == 0 && ep->opts->wait_mode == WIMM_WAIT_SPIN && !ep->peer_gone &&
 	       empty_polls < SPINS_PER_CLOCK_CHECK) {
-		int n = wimm_poll(ep->ctx, out, 1);
+		int n = wimm_poll(ep->ctx, ep->backlog, EP_BACKLOG);
+		if (n == 1) {
+			/* One at a time (a ping-pong): no queue at all. */
+			if (keep_event(ep, &ep->backlog[0])) {
+				*out = ep->backlog[0];
+				return;
+			}
+			continue;
+		}
 		if (n < 0)
 			cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
-		if (n == 0)
-			empty_polls++;
-		else if (keep_event(ep, out))
-			return;
+		ep->backlog_head = 0;
+		ep->backlog_count = keep_events(ep, ep->backlog, n);
+		empty_polls += n == 0;
 	}
 	fill_backlog(ep, "a message");
 	pop_event(ep, out);

@@ -542,16 +542,28 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	}
 	uint64_t head = wimm_send_ring_head(&q->ops);
 	struct ipc_entry *e = &q->ent[head & q->mask];
-	/* Every field before the seq that publishes them. */
-	e->op = (uint16_t)ipc_op_of(wr->op);
 	/* Reads and atomics complete only through the owner's look at them.
 	 * The consumer's index comes back only when we ask (IPC_F_PUBLISH):
 	 * for the core's own operations (its reserve is small), for bytes
 	 * in the data area, and once half the ring is outstanding. */
 	int publish = wr->internal || in_data || wimm_send_ring_half_full(&q->ops);
-	e->flags =
+	uint16_t flags =
 	    (uint16_t)((wr->signal || fetch ? IPC_F_NOTIFY : 0) | (publish ? IPC_F_PUBLISH : 0) |
 		       (direct ? IPC_F_DIRECT : 0) | (mapped ? IPC_F_MAPPED : 0));
+	if (in_data && !fetch)
+		memcpy(q->data + doff, wr->local, len);
+	q->rec[head & q->mask] = (struct ipc_tx){
+	    .data_end = dend,
+	    .local = fetch ? wr->local : NULL,
+	    .doff = doff,
+	};
+	q->data_head = dend;
+	wimm_send_ring_push(&q->ops, wr, len, 1);
+	/* The entry's line last, its stores in one burst with the seq that
+	 * publishes them right after: the consumer polls this line, and a look
+	 * of its between our stores would cost the line a second trip. */
+	e->op = (uint16_t)ipc_op_of(wr->op);
+	e->flags = flags;
 	e->len = len;
 	e->imm = wr->imm;
 	e->status = 0;
@@ -566,18 +578,9 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		e->u.doff = (uint64_t)(uintptr_t)wr->local;
 	} else if (in_data) {
 		e->u.doff = doff;
-		if (!fetch)
-			memcpy(q->data + doff, wr->local, len);
 	} else if (len && !fetch) {
 		memcpy(e->u.inl, wr->local, len);
 	}
-	q->rec[head & q->mask] = (struct ipc_tx){
-	    .data_end = dend,
-	    .local = fetch ? wr->local : NULL,
-	    .doff = doff,
-	};
-	q->data_head = dend;
-	wimm_send_ring_push(&q->ops, wr, len, 1);
 	__atomic_store_n(&e->seq, (uint32_t)(head + 1), __ATOMIC_RELEASE);
 	ipc_notify(c->peer_page, &q->hdr->watch, c->peer_efd, c->peer_idx);
 	return 0;
