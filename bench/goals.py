@@ -12,11 +12,11 @@ LAT_STAT = {"fi_pingpong": ("avg_us", "avg/avg"), "ucx_perftest": ("median_us", 
 VERBS_PAIR = {"ib_send_lat": "write_imm", "ib_write_lat": "write_poll"}
 
 
-def _row(goal, fabric, w, w_stat, p, p_label, target, lower=True, unit="µs"):
+def _row(goal, fabric, w, w_stat, p, p_label, target, lower=True, unit="µs", rounds=None):
     r = ratio(w, p)
     return {"goal": goal, "fabric": fabric, "wimm": w, "wimm_stat": w_stat, "peer": p,
             "peer_label": p_label, "ratio": r, "target": target, "lower": lower,
-            "verdict": verdict(r, target, lower), "unit": unit}
+            "verdict": verdict(r, target, lower), "unit": unit, "rounds": rounds or []}
 
 
 def latency(ix, meta):
@@ -28,10 +28,11 @@ def latency(ix, meta):
             for peer in latency_peers(cls, available):
                 field, how = LAT_STAT[peer["tool"]]
                 op = VERBS_PAIR.get(peer["tool"], "write_imm")
-                w = ix.median(f"lat|{fabric}|{op}|{size}", field)
-                p = ix.median(f"lat|{cls}|{peer['label']}|{size}", field)
+                wkey, pkey = f"lat|{fabric}|{op}|{size}", f"lat|{cls}|{peer['label']}|{size}"
                 rows.append(_row(f"latency {size} B, {op} vs {peer['label']} ({how})", fabric,
-                                 w, f"{op} {field[:-3]}", p, peer["label"], 1.00))
+                                 ix.median(wkey, field), f"{op} {field[:-3]}",
+                                 ix.median(pkey, field), peer["label"], 1.00,
+                                 rounds=ix.round_ratios(wkey, pkey, field)))
     return rows
 
 
@@ -93,8 +94,10 @@ def bandwidth(ix, meta):
                              "no peer", 0.95, lower=False, unit="GB/s"))
             continue
         r, size, w, p, best = worst
+        rounds = ix.round_ratios(f"curve_bw|{fabric}|write_imm|{size}",
+                                 f"curve_bw|{transport_class(fabric)}|{best}|{size}", "bw_Bps")
         row = _row(f"bandwidth >= 64 KiB vs best peer (worst size: {size} B)", fabric, w,
-                   "B/s", p, best, 0.95, lower=False, unit="GB/s")
+                   "B/s", p, best, 0.95, lower=False, unit="GB/s", rounds=rounds)
         rows.append(row)
     return rows
 

@@ -45,9 +45,10 @@ def goal_table(rows):
         out.append((r["goal"], r["fabric"], f"{num(r['wimm'], digits, scale)} {r['unit']}",
                     f"{num(r['peer'], digits, scale)} ({r['peer_label']})",
                     num(r["ratio"]) + "x" if r["ratio"] is not None else "n/a",
+                    ", ".join(num(x) for x in r["rounds"]) or "n/a",
                     f"{sign} {r['target']:.2f}x", f"**{r['verdict']}**"))
-    return table(("goal", "fabric", "wimm", "peer", "ratio", "target", "verdict"), out,
-                 "lllrrll")
+    return table(("goal", "fabric", "wimm", "peer", "ratio", "per round", "target", "verdict"),
+                 out, "lllrrrll")
 
 
 def version_of(text):
@@ -291,6 +292,10 @@ def render(data, stem):
              f"### Verdicts: {met} met, {missed} missed (the goals below and the message rates "
              "after them)",
              goal_table(verdicts),
+             "The ratio and the verdict are those of the medians over the rounds; `per round` "
+             "is wimm's figure over the peer's in each round, for the rounds both have. The two "
+             "runs of one round are seconds to minutes apart: on a host whose speed changes "
+             "between them, the rounds show it where the medians cannot.",
              "### Message rate of the strategies vs the rate peers (msg/s, median of rounds)",
              "A `ucp_put_bw` put tells the receiver nothing (only the sender's final flush "
              "completes), like `write_poll`; a `ucp_am_bw` message runs a handler at the "

@@ -39,6 +39,22 @@ class Index:
     def values(self, key, name):
         return [v for v in (figure(r, name) for r in self.by_key.get(key, [])) if v is not None]
 
+    def by_round(self, key, name):
+        """{round: figure} of the runs of a case that succeeded."""
+        out = {}
+        for r in self.by_key.get(key, []):
+            v = figure(r, name)
+            if v is not None and r.get("round") is not None:
+                out[r["round"]] = v
+        return out
+
+    def round_ratios(self, key_a, key_b, name):
+        """a / b round by round, for the rounds both have (in round order):
+        what the ratio of the medians hides when a host changes speed
+        between the two runs of one round."""
+        a, b = self.by_round(key_a, name), self.by_round(key_b, name)
+        return [ratio(a[k], b[k]) for k in sorted(a) if k in b and b[k]]
+
     def median(self, key, name):
         """Median over the rounds, or None when no run of the case succeeded."""
         vals = self.values(key, name)

@@ -328,6 +328,8 @@ class ReportTest(unittest.TestCase):
         rows = goals.latency(ix, meta)
         self.assertEqual([r["verdict"] for r in rows], ["met", "met"])
         self.assertAlmostEqual(rows[0]["ratio"], 7.0 / 8.0)
+        # Round by round, wimm's (4 + round) against the peer's 8.
+        self.assertEqual(rows[0]["rounds"], [(4.0 + k) / 8.0 for k in range(1, 6)])
         claim = goals.write_send_claim(ix, meta)[0]
         self.assertEqual((claim["ratio"], claim["verdict"]), (1.5, "holds"))
         calibration = [dict(run("rate|ofi:tcp|write_imm|8", "rate", None, msg_rate=123456.0),
@@ -343,8 +345,8 @@ class ReportTest(unittest.TestCase):
                 text = report.render(json.load(f), stem)
             self.assertTrue(os.path.exists(stem + "-latency.png"))
         self.assertIn("| latency 8 B, write_imm vs fi_pingpong -p tcp -e msg (avg/avg) | ofi:tcp"
-                      " | 7.00 µs | 8.00 (fi_pingpong -p tcp -e msg) | 0.88x | ≤ 1.00x | **met** |",
-                      text)
+                      " | 7.00 µs | 8.00 (fi_pingpong -p tcp -e msg) | 0.88x"
+                      " | 0.62, 0.75, 0.88, 1.00, 1.12 | ≤ 1.00x | **met** |", text)
         self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
         self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by one "
