@@ -48,10 +48,12 @@ def rates(ix, meta):
             known = {k: v for k, v in figures.items() if v is not None}
             best = max(known, key=known.get) if known else None
             for op in STRATEGIES:
-                w = ix.median(f"rate|{fabric}|{op}|{size}", "msg_rate")
-                row = _row(f"message rate {size} B, {op} vs best peer", fabric, w, "msg/s",
-                           known.get(best), best or "no peer", 1.00, lower=False,
-                           unit="Mmsg/s")
+                wkey = f"rate|{fabric}|{op}|{size}"
+                rounds = ix.round_ratios(wkey, f"rate|{transport_class(fabric)}|{best}|{size}",
+                                         "msg_rate") if best else []
+                row = _row(f"message rate {size} B, {op} vs best peer", fabric,
+                           ix.median(wkey, "msg_rate"), "msg/s", known.get(best),
+                           best or "no peer", 1.00, lower=False, unit="Mmsg/s", rounds=rounds)
                 row.update(peers=figures, size=size, op=op)
                 rows.append(row)
     return rows

@@ -131,9 +131,10 @@ def rate_detail(rows):
     for r in rows:
         peers = ", ".join(f"{k} {num(v, 3, 1e-6)}" for k, v in r.get("peers", {}).items())
         out.append((r["fabric"], r["size"], r["op"], num(r["wimm"], 3, 1e-6), peers or "n/a",
-                    num(r["ratio"]) + "x" if r["ratio"] else "n/a", f"**{r['verdict']}**"))
+                    num(r["ratio"]) + "x" if r["ratio"] else "n/a",
+                    ", ".join(num(x) for x in r["rounds"]) or "n/a", f"**{r['verdict']}**"))
     return table(("fabric", "bytes", "strategy", "wimm Mmsg/s", "peers Mmsg/s", "vs best",
-                  "≥ 1.00x"), out, "lrlrlrl")
+                  "per round", "≥ 1.00x"), out, "lrlrlrrl")
 
 
 def curve_tables(ix, meta, kind, field, scale, digits, unit):

@@ -37,6 +37,15 @@ class StatsTest(unittest.TestCase):
         self.assertEqual(ix.count("k"), (3, 4))
         self.assertIsNone(ix.median("other", "avg_us"))
 
+    def test_round_ratios_pair_the_rounds_both_have(self):
+        # Round 2 of a failed, round 3 missing on b's side: rounds 1 and 4 only.
+        ix = Index([run("a", "lat", 1, median_us=1.0), run("a", "lat", 2, ok=False),
+                    run("a", "lat", 3, median_us=3.0), run("a", "lat", 4, median_us=2.0),
+                    run("b", "lat", 4, median_us=4.0), run("b", "lat", 1, median_us=2.0),
+                    run("b", "lat", 2, median_us=2.0)])
+        self.assertEqual(ix.round_ratios("a", "b", "median_us"), [0.5, 0.5])
+        self.assertEqual(ix.round_ratios("a", "none", "median_us"), [])
+
     def test_derived_figures(self):
         r = run("k", "cpu", 1, rx_cpu_user_s=0.01, rx_cpu_sys_s=0.03, rx_doorbells=1000,
                 bw_mbps=2.5, iters=4)
