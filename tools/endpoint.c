@@ -478,6 +478,17 @@ static int keep_events(struct endpoint *ep, struct wimm_event *ev, int n)
 	return kept;
 }
 
+/* What the context has now, up to space events at dst (a failure ends
+ * the run). */
+static int poll_events(struct endpoint *ep, struct wimm_event *dst, int space)
+{
+	int n = wimm_poll(ep->ctx, dst, space);
+
+	if (n < 0)
+		cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
+	return n;
+}
+
 /* Take what the context has (without waiting unless `wait`) into the
  * backlog. Returns the number of events the library returned. */
 static int fetch_events(struct endpoint *ep, int wait)
@@ -499,14 +510,11 @@ static int fetch_events(struct endpoint *ep, int wait)
 		return 0;
 	}
 	struct wimm_event *dst = &ep->backlog[tail];
-	int n;
-	if (wait && ep->opts->wait_mode != WIMM_WAIT_SPIN)
-		n = wimm_wait(ep->ctx, dst, space, ep->opts->wait_mode, ep->opts->timeout_ms);
-	else
-		n = wimm_poll(ep->ctx, dst, space);
+	int n = wait && ep->opts->wait_mode != WIMM_WAIT_SPIN
+		    ? wimm_wait(ep->ctx, dst, space, ep->opts->wait_mode, ep->opts->timeout_ms)
+		    : poll_events(ep, dst, space);
 	if (n < 0)
 		cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
-
 	ep->backlog_count += keep_events(ep, dst, n);
 	return n;
 }
@@ -574,7 +582,7 @@ void ep_next_event(struct endpoint *ep, struct wimm_event *out)
 	unsigned empty_polls = 0;
 	while (ep->backlog_count == 0 && ep->opts->wait_mode == WIMM_WAIT_SPIN && !ep->peer_gone &&
 	       empty_polls < SPINS_PER_CLOCK_CHECK) {
-		int n = wimm_poll(ep->ctx, ep->backlog, EP_BACKLOG);
+		int n = poll_events(ep, ep->backlog, EP_BACKLOG);
 		if (n == 1) {
 			/* One at a time (a ping-pong): no queue at all. */
 			if (keep_event(ep, &ep->backlog[0])) {
@@ -583,8 +591,6 @@ void ep_next_event(struct endpoint *ep, struct wimm_event *out)
 			}
 			continue;
 		}
-		if (n < 0)
-			cli_fail(ep->ctx, n, "%s: poll for events", ep->role);
 		ep->backlog_head = 0;
 		ep->backlog_count = keep_events(ep, ep->backlog, n);
 		empty_polls += n == 0;

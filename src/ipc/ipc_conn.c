@@ -108,14 +108,9 @@ int ipc_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 	c->peer_efd = -1;
 	for (int i = 0; i < IPC_NFDS_MAX; i++)
 		c->peer_fd[i] = -1;
-	c->win_fd = -1;
 	/* Only a writable window in memory wimm allocated can be mapped. */
-	if (cfg->window && cfg->window->memfd >= 0 && (cfg->window->access & WIMM_REMOTE_WRITE)) {
-		c->win_fd = cfg->window->memfd;
-		c->win_fd_off = cfg->window->memfd_off;
-		c->win_key = cfg->window->key;
+	if (cfg->window && cfg->window->memfd >= 0 && (cfg->window->access & WIMM_REMOTE_WRITE))
 		c->win = cfg->window;
-	}
 	c->rx_depth = cfg->rx_depth;
 	wimm_recv_slots_init(&c->rx_slots, cfg->rx_depth);
 	c->recv_size = cfg->recv_size;
@@ -176,25 +171,25 @@ int ipc_conn_fds(struct ipc_conn *c, int *fd)
 	fd[0] = c->tx.fd;
 	fd[1] = c->ctx->pgfd;
 	fd[2] = c->ctx->efd;
-	c->win_offered = c->win_fd >= 0 && ipc_peer_of_our_user(c) > 0;
+	c->win_offered = c->win && ipc_peer_of_our_user(c) > 0;
 	if (!c->win_offered)
 		return IPC_NFDS;
-	fd[3] = c->win_fd;
+	fd[3] = c->win->memfd;
 	return IPC_NFDS_MAX;
 }
 
 int ipc_conn_addr(void *bconn, uint8_t *buf, size_t *len)
 {
 	struct ipc_conn *c = bconn;
-	size_t need = c->win_fd >= 0 ? IPC_ADDR_WIN_LEN : IPC_ADDR_LEN;
+	size_t need = c->win ? IPC_ADDR_WIN_LEN : IPC_ADDR_LEN;
 
 	if (*len < need)
 		return WIMM_E_NOMEM;
 	uint32_t v[2] = {IPC_ADDR_MAGIC, c->idx};
 	memcpy(buf, v, sizeof(v));
 	/* Where the window starts in its memfd, should we send the memfd. */
-	if (c->win_fd >= 0)
-		memcpy(buf + IPC_ADDR_LEN, &c->win_fd_off, sizeof(c->win_fd_off));
+	if (c->win)
+		memcpy(buf + IPC_ADDR_LEN, &c->win->memfd_off, sizeof(c->win->memfd_off));
 	*len = need;
 	return 0;
 }

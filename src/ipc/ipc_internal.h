@@ -123,13 +123,10 @@ struct ipc_conn {
 	struct ipc_txq tx;
 	struct ipc_rxq rx;
 
-	/* Our window, when it can be mapped by the peer (wimm_mr_alloc
-	 * memory, writable): its memfd (the region's), offset and key. */
-	int win_fd;
-	uint64_t win_fd_off;
-	uint64_t win_key;
-	/* Its registration: the connection's own, deleted after it, so a
-	 * mapped entry is checked against it without a lookup. */
+	/* Our window's registration when the peer can map it (wimm_mr_alloc
+	 * memory, writable: its memfd, offset in it and key), else NULL. The
+	 * connection's own, deleted after it: a mapped entry is checked
+	 * against it without a lookup. */
 	const struct wimm_bmr *win;
 	int win_offered;  /* sent to the peer: its writes are stores (gate) */
 	int gate_shut;	  /* ipc_gate_close done */

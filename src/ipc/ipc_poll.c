@@ -125,7 +125,7 @@ static int ipc_consume(struct ipc_conn *c, const struct ipc_entry *e, struct ipc
 		/* Only writes into the window we mapped into this peer: its
 		 * bytes can have landed nowhere else. */
 		if (!c->win_offered || (e->op != IPC_OP_WRITE && e->op != IPC_OP_WRITE_IMM) ||
-		    !e->len || (e->flags & IPC_F_DIRECT) || e->rkey != c->win_key)
+		    !e->len || (e->flags & IPC_F_DIRECT) || e->rkey != c->win->key)
 			return WIMM_E_PROTO;
 		/* That window, writable (or it had not been offered), and
 		 * registered while c lives: its range is the whole check. */
