@@ -275,6 +275,14 @@ struct wimm_backend_ops {
 	 * the fabric has no such atomics: NOTSUP, with the provider error set
 	 * to say why. NULL: the backend has none (the core says NOTSUP). */
 	int (*post_atomic)(void *bconn, const struct wimm_wr *wr);
+	/* Optional: an unsignaled plain write of len > 0 bytes (bounds and
+	 * permission checked by the core against the peer's window, raddr /
+	 * rkey as in post()) that the backend completes at once by storing
+	 * the bytes into the peer's memory: 0 once stored, in order with the
+	 * connection's earlier writes; DISCONNECTED when the connection is
+	 * lost; NOTSUP when this write cannot be stored (the core then
+	 * post()s it). NULL: never. */
+	int (*store)(void *bconn, uint64_t raddr, uint64_t rkey, const void *src, size_t len);
 	/* Hand `n` consumed receive slots (oldest first) back to the
 	 * receive queue; post them in one batch. */
 	int (*rx_release)(void *bconn, uint32_t n);

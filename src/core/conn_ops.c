@@ -272,9 +272,39 @@ int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, siz
 	return write_common(c, WIMM_OP_WRITE_IMM, src, src_off, dst_off, len, imm, flags);
 }
 
+/* An unsignaled write that the backend completes by storing it (backend.h):
+ * the checks of write_common, then no request and no completion. NOTSUP
+ * when the backend cannot store this one. */
+static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
+		       size_t len)
+{
+	int ret = check_local(c, src, src_off, len);
+	if (!ret)
+		ret = check_remote(c, dst_off, len, WIMM_HS_F_WINDOW_WRITE);
+	if (ret)
+		return ret;
+	ret = ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key,
+			       (const char *)wimm_mr_bmr(src)->addr + src_off, len);
+	if (ret == 0) {
+		c->op_seq++;
+		c->st.ops_out++;
+		c->st.bytes_out += len;
+	} else if (ret == WIMM_E_DISCONNECTED) {
+		/* As post(): the CONN_DOWN is taken at once. */
+		wimm_ctx_progress_into_backlog(c->ctx);
+	}
+	return ret;
+}
+
 int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off, size_t len,
 	       unsigned flags)
 {
+	/* A store has nothing to wait for: WIMM_F_WAIT is moot there. */
+	if (c && !(flags & ~WIMM_F_WAIT) && len > 0 && c->state == CONN_UP && ops_of(c)->store) {
+		int ret = store_write(c, src, src_off, dst_off, len);
+		if (ret != WIMM_E_NOTSUP)
+			return ret;
+	}
 	return write_common(c, WIMM_OP_WRITE, src, src_off, dst_off, len, 0, flags);
 }
 

@@ -480,15 +480,33 @@ static int ipc_is_atomic(enum wimm_op op)
 	return op == WIMM_OP_FETCH_ADD || op == WIMM_OP_CMP_SWAP;
 }
 
-/* A write whose bytes we can store into the peer's mapped window. The
- * core checked the range against the window the peer named; this checks
- * it against what we mapped, which is that window. */
+/* A range of the peer's window that we mapped: stores go there. The core
+ * checked the range against the window the peer named; this checks it
+ * against what we mapped, which is that window. */
+static int ipc_mapped_range(const struct ipc_conn *c, uint64_t raddr, uint64_t rkey, size_t len)
+{
+	return c->pw_base && rkey == c->pw_key && raddr >= c->pw_addr &&
+	       raddr - c->pw_addr <= c->pw_len && len <= c->pw_len - (raddr - c->pw_addr);
+}
+
 static int ipc_mapped_target(const struct ipc_conn *c, const struct wimm_wr *wr)
 {
-	return c->pw_base && (wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_WRITE_IMM) &&
-	       wr->rkey == c->pw_key && wr->raddr >= c->pw_addr &&
-	       wr->raddr - c->pw_addr <= c->pw_len &&
-	       wr->len <= c->pw_len - (wr->raddr - c->pw_addr);
+	return (wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_WRITE_IMM) &&
+	       ipc_mapped_range(c, wr->raddr, wr->rkey, wr->len);
+}
+
+/* A plain write that wants no completion is done once stored: the receiver
+ * learns nothing of it on any fabric, and a later doorbell's entry is
+ * published after these bytes. */
+int ipc_store(void *bconn, uint64_t raddr, uint64_t rkey, const void *src, size_t len)
+{
+	struct ipc_conn *c = bconn;
+
+	if (c->cut || c->down.state != WIMM_DOWN_ALIVE)
+		return WIMM_E_DISCONNECTED;
+	if (!ipc_mapped_range(c, raddr, rkey, len))
+		return WIMM_E_NOTSUP;
+	return ipc_gate_store(c, raddr, src, len);
 }
 
 int ipc_post(void *bconn, const struct wimm_wr *wr)
@@ -503,11 +521,10 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 		return WIMM_E_AGAIN;
 	/* Stored into the peer's window by us (a mapped window, ipc_wire.h). */
 	int mapped = wr->len && ipc_mapped_target(c, wr);
-	/* A plain write that wants no completion is done once stored: the
-	 * receiver learns nothing of it on any fabric, and a later doorbell's
-	 * entry is published after these bytes. */
+	/* As ipc_store, for a write that reached post() (posted before the
+	 * connection was up). */
 	if (mapped && wr->op == WIMM_OP_WRITE && !wr->signal && !wr->delivered)
-		return ipc_gate_store(c, wr);
+		return ipc_gate_store(c, wr->raddr, wr->local, wr->len);
 	/* The user's operations leave the reserve to the core's own. */
 	if (!wimm_send_ring_has_room(&q->ops, wr->internal) && ipc_tx_retire(c, NULL, 0) < 0)
 		return WIMM_E_DISCONNECTED;
@@ -517,7 +534,7 @@ int ipc_post(void *bconn, const struct wimm_wr *wr)
 	/* An atomic's 8-byte result comes back in the entry. */
 	uint32_t len = atomic ? 8 : (uint32_t)wr->len;
 	int fetch = atomic || wr->op == WIMM_OP_READ;
-	if (mapped && (ret = ipc_gate_store(c, wr)))
+	if (mapped && (ret = ipc_gate_store(c, wr->raddr, wr->local, wr->len)))
 		return ret;
 	/* Left in place for the consumer to copy (ipc_wire.h), once it said it can. */
 	int direct = !fetch && !mapped && len >= IPC_DIRECT_MIN &&

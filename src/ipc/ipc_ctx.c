@@ -315,6 +315,7 @@ const struct wimm_backend_ops wimm_ipc_ops = {
     .conn_delete = ipc_conn_delete,
     .post = ipc_post,
     .post_atomic = ipc_post_atomic,
+    .store = ipc_store,
     .rx_release = ipc_rx_release,
     .poll = ipc_poll,
     .fd = ipc_fd,

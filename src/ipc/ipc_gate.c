@@ -84,7 +84,7 @@ void ipc_gate_offer(struct ipc_conn *c)
 	__atomic_store_n(&c->rx.hdr->barrier, 1, __ATOMIC_RELAXED);
 }
 
-int ipc_gate_store(struct ipc_conn *c, const struct wimm_wr *wr)
+int ipc_gate_store(struct ipc_conn *c, uint64_t raddr, const void *src, size_t len)
 {
 	struct ipc_ring_hdr *h = c->tx.hdr;
 
@@ -98,7 +98,7 @@ int ipc_gate_store(struct ipc_conn *c, const struct wimm_wr *wr)
 		__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
 		return WIMM_E_DISCONNECTED;
 	}
-	memcpy(c->pw_base + (wr->raddr - c->pw_addr), wr->local, wr->len);
+	memcpy(c->pw_base + (raddr - c->pw_addr), src, len);
 	__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
 	return 0;
 }

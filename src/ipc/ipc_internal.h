@@ -180,6 +180,8 @@ void ipc_conn_delete(void *bconn);
 int ipc_post(void *bconn, const struct wimm_wr *wr);
 /* FETCH_ADD / CMP_SWAP: served by the target's progress, like a read. */
 int ipc_post_atomic(void *bconn, const struct wimm_wr *wr);
+/* An unsignaled plain write stored into the mapped window (backend.h). */
+int ipc_store(void *bconn, uint64_t raddr, uint64_t rkey, const void *src, size_t len);
 int ipc_rx_release(void *bconn, uint32_t n);
 /* Our fds for the peer: tx memfd, wake page, eventfd, and the window's
  * memfd when we offer it (a peer of our user): how many. */
@@ -194,7 +196,7 @@ void ipc_gate_offer(struct ipc_conn *c);
 int ipc_gate_register(void);
 /* Writer: the bytes of a write into the peer's mapped window, through the
  * gate: DISCONNECTED once the owner closed it (nothing may land then). */
-int ipc_gate_store(struct ipc_conn *c, const struct wimm_wr *wr);
+int ipc_gate_store(struct ipc_conn *c, uint64_t raddr, const void *src, size_t len);
 /* Owner: stores into our mapped window stop: after this returns nothing of
  * the peer's lands there (a live peer is waited for, 100 ms at most). */
 void ipc_gate_close(struct ipc_conn *c);

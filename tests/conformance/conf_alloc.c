@@ -147,6 +147,23 @@ static void t_alloc_integrity(const char *uri)
 	CHECK_OK(wimm_write_imm(p.c, src->mr, 0, 0, 0, 0x200, 0));
 	CHECK_EQ(wait_event(p.sctx, p.cctx, WIMM_EV_WRITE_IMM, p.s, &ev, 10000, NULL), 1);
 	CHECK(memcmp(w, src->buf, 64) == 0 && memcmp(w + 64, src->buf, 64) == 0);
+	/* Stored at once or posted, a plain write counts as an operation
+	 * (WIMM_F_WAIT changes nothing), and a flag it does not know is
+	 * refused before any byte moves. */
+	struct wimm_conn_stats before, after;
+	memset(w + 128, 0xEE, 64);
+	CHECK_OK(wimm_conn_stats(p.c, &before));
+	CHECK_OK(wimm_write(p.c, src->mr, 0, 128, 24, 0));
+	CHECK_OK(wimm_write(p.c, src->mr, 0, 152, 8, WIMM_F_WAIT));
+	CHECK_RC(wimm_write(p.c, src->mr, 0, 160, 8, 0x8000u), WIMM_E_INVAL);
+	CHECK_OK(wimm_conn_stats(p.c, &after));
+	CHECK_EQ(after.ops_out - before.ops_out, 2);
+	CHECK_EQ(after.bytes_out - before.bytes_out, 32);
+	CHECK_EQ(after.doorbells_out, before.doorbells_out);
+	CHECK_OK(wimm_write_imm(p.c, src->mr, 0, 0, 0, 0x201, 0));
+	CHECK_EQ(wait_event(p.sctx, p.cctx, WIMM_EV_WRITE_IMM, p.s, &ev, 10000, NULL), 1);
+	CHECK(memcmp(w + 128, src->buf, 24) == 0 && memcmp(w + 152, src->buf, 8) == 0);
+	CHECK(w[160] == 0xEE);
 	/* The core still refuses what lies outside the window. */
 	CHECK_RC(wimm_write(p.c, src->mr, 0, win_len, 1, 0), WIMM_E_BOUNDS);
 	CHECK_RC(wimm_write_imm(p.c, src->mr, 0, win_len - 10, 11, 1, 0), WIMM_E_BOUNDS);
