@@ -72,6 +72,8 @@ class Settings:
                 "curve_sizes": self.curve_sizes, "cpu_rates": self.cpu_rates,
                 "cpu_seconds": self.cpu_seconds, "rate_seconds": self.rate_seconds,
                 "rate_max_msgs": RATE_MAX_MSGS, "rate_max_bytes": RATE_MAX_BYTES,
+                "calibration_growth": CALIBRATION_GROWTH,
+                "calibration_max_runs": CALIBRATION_MAX_RUNS,
                 "chunks": self.chunks,
                 "bulk_size": self.bulk_size, "bulk_iters": self.bulk_iters}
 
@@ -151,6 +153,22 @@ def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
         return planned
     cap = _round_count(min(max_msgs, max_bytes // max(size, 1)), nearest=False)
     return max(planned, min(cap, _round_count(rate * seconds)))
+
+
+# A calibration run that chose more than CALIBRATION_GROWTH times its own
+# count lasted under a tenth of the target: its rate is mostly the run's
+# fixed cost (connection, warm-up, the final acknowledgement). ipc
+# write_poll 8 B measured 1.25 M/s with 10000 messages and ran at 27 M/s in
+# the rounds, 24 ms a run. Such a case runs again with the count it chose,
+# at most CALIBRATION_MAX_RUNS runs in all; the last one sets the count.
+CALIBRATION_GROWTH = 10
+CALIBRATION_MAX_RUNS = 3
+
+
+def calibrate_again(run_iters, chosen, runs_so_far):
+    """Whether a calibration run of RUN_ITERS messages that chose CHOSEN, the
+    RUNS_SO_FAR-th of its case, was too short to trust."""
+    return runs_so_far < CALIBRATION_MAX_RUNS and chosen > CALIBRATION_GROWTH * run_iters
 
 
 # On a loaded host one round of a rate case ran 250x slower than another

@@ -93,10 +93,16 @@ def counts_line(s):
     """How the runs' message counts were chosen, from the settings."""
     if "rate_seconds" not in s:  # a results file of before the calibration runs
         return "Counts: fixed per case (bench/plan.py), the same in every round."
+    if "calibration_max_runs" in s:
+        how = (f"calibration runs (one of the planned count; another of the count it chose "
+               f"when that was more than {s['calibration_growth']}x its own, at most "
+               f"{s['calibration_max_runs']} runs, the last one deciding)")
+    else:  # a results file of before the repeated calibration runs
+        how = "one calibration run of the planned count"
     return (f"Counts: latency runs a fixed count per case; the rate and bandwidth runs were "
-            f"sized to about {s['rate_seconds']:g} s each by one calibration run of the "
-            f"planned count (never fewer than that, at most {s['rate_max_msgs']} messages and "
-            f"{size_label(s['rate_max_bytes'])} per run), the same count in every round. The "
+            f"sized to about {s['rate_seconds']:g} s each by {how}, never fewer than the "
+            f"planned count and at most {s['rate_max_msgs']} messages and "
+            f"{size_label(s['rate_max_bytes'])} per run, the same count in every round. The "
             "calibration runs are in the JSON (`\"calibration\": true`), in no median.")
 
 

@@ -1,8 +1,9 @@
 """The harness's statistics, verdicts and parsers on fixed inputs (ctest
 bench.harness): the medians over rounds, the ratio direction of each goal,
 where curves cross, the UCX transport check, the count of a rate run sized
-by time, the choice of a results file's name and the report of a results
-file with a failed run, an unusable fabric and its calibration runs."""
+by time and its repeated calibration, the choice of a results file's name
+and the report of a results file with a failed run, an unusable fabric and
+its calibration runs."""
 import json
 import os
 import subprocess
@@ -182,6 +183,77 @@ class CountTest(unittest.TestCase):
         self.assertEqual(plan.with_count(peer, 5, timeout=130)["timeout"], 130)
 
 
+class ModelRunner:
+    """A tool whose run costs FIXED_S plus PER_MSG_S a message (a short run
+    reads as a low rate); the runs numbered in FAIL fail."""
+
+    def __init__(self, fixed_s, per_msg_s, fail=()):
+        self.fixed_s, self.per_msg_s, self.fail, self.counts = fixed_s, per_msg_s, fail, []
+
+    def execute(self, case, device):
+        self.counts.append(case["iters"])
+        if len(self.counts) in self.fail:
+            raise runners.RunError("client exited 1")
+        return {"msg_rate": case["iters"] / (self.fixed_s + case["iters"] * self.per_msg_s)}
+
+
+class RepeatedCalibrationTest(unittest.TestCase):
+    def case(self):
+        s = plan.Settings(full=False, rounds=5)
+        cases = [c for g in plan.build(s, ["ipc"], set()) for c in g]
+        return next(c for c in cases if c["key"] == "rate|ipc|write_poll|8")
+
+    def sized(self, runner):
+        records, failed = [], {}
+        sized = harness.calibrate_case(runner, self.case(), 0.5, None, failed, records)
+        return sized, records
+
+    def test_a_short_run_runs_again_with_its_count(self):
+        # 8 ms of fixed cost, 25 M/s: 10000 messages read as 1.2 M/s, a
+        # count of 600000 as 19 M/s (the cap of 5 M is less than 10x that).
+        runner = ModelRunner(0.008, 4e-8)
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000, 600000])
+        self.assertEqual([r["chosen_iters"] for r in records], [600000, 5000000])
+        self.assertTrue(all(r["calibration"] for r in records))
+        self.assertEqual(sized["iters"], 5000000)
+        self.assertEqual(sized["planned_iters"], 10000)
+        self.assertEqual(sized["timeout"], records[-1]["chosen_timeout"])
+        self.assertEqual(sized["args"][sized["args"].index("-n") + 1], "5000000")
+
+    def test_a_long_enough_run_decides_at_once(self):
+        runner = ModelRunner(0.0001, 1e-5)  # 100 k/s: 10000 messages last 0.1 s
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000])
+        self.assertEqual(sized["iters"], records[0]["chosen_iters"])
+        self.assertEqual(sized["iters"], 50000)
+
+    def test_at_most_the_maximum_of_runs(self):
+        # Every run lasts 40 ms whatever its count: it never settles.
+        runner = ModelRunner(0.04, 0)
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000, 120000, 1500000])
+        self.assertEqual(len(runner.counts), plan.CALIBRATION_MAX_RUNS)
+        self.assertEqual(sized["iters"], records[-1]["chosen_iters"])
+        self.assertFalse(plan.calibrate_again(10, 1000, plan.CALIBRATION_MAX_RUNS))
+        self.assertTrue(plan.calibrate_again(10, 101, 1))
+        self.assertFalse(plan.calibrate_again(10, 100, 1))
+
+    def test_a_failed_second_run_keeps_the_first_choice(self):
+        runner = ModelRunner(0.008, 4e-8, fail=(2,))
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000, 600000])
+        self.assertEqual([r["ok"] for r in records], [True, False])
+        self.assertEqual(records[1]["chosen_iters"], 600000)
+        self.assertEqual(sized["iters"], 600000)
+
+    def test_a_failed_first_run_keeps_the_planned_count(self):
+        runner = ModelRunner(0.008, 4e-8, fail=(1,))
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000])
+        self.assertEqual((sized["iters"], sized["timeout"]), (10000, runners.RUN_TIMEOUT))
+
+
 class StemTest(unittest.TestCase):
     def names(self, d, *names):
         for n in names:
@@ -358,8 +430,10 @@ class ReportTest(unittest.TestCase):
                       " | 0.62, 0.75, 0.88, 1.00, 1.12 | ≤ 1.00x | **met** |", text)
         self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
-        self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by one "
-                      "calibration run", text)
+        self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by "
+                      "calibration runs (one of the planned count; another of the count it "
+                      "chose when that was more than 10x its own, at most 3 runs, the last one "
+                      "deciding), never fewer than the planned count", text)
         self.assertIn("| rate\\|ofi:tcp\\|write_imm\\|8 | 10000 | 123456 | 62000 |", text)
         self.assertIn("| rate\\|ofi:tcp\\|send_imm\\|8 | 10000 | failed: wimm: client: the "
                       "peer left \\| wimm: server: gone | 10000 |", text)
@@ -369,6 +443,10 @@ class ReportTest(unittest.TestCase):
         old = {k: v for k, v in meta["settings"].items()
                if k not in ("rate_seconds", "rate_max_msgs", "rate_max_bytes")}
         self.assertIn("Counts: fixed per case", report.header(dict(meta, settings=old)))
+        # One of before the repeated calibration runs, that it had one per case.
+        once = {k: v for k, v in meta["settings"].items() if not k.startswith("calibration_")}
+        self.assertIn("0.5 s each by one calibration run of the planned count, never fewer",
+                      report.header(dict(meta, settings=once)))
 
 
 if __name__ == "__main__":
