@@ -3,9 +3,9 @@
 
   harness.py [--build DIR] [--name NAME] [--out DIR] [--guest] [--note TEXT] [--only REGEX]
 
-Sizes every rate and bandwidth case by a calibration run (its count then
-lasts about rate_seconds; a run too short to trust runs again), runs every group of plan.py once per round
-(wimm's cases and the peers' in turn, their order reversed every other round
+Sizes every rate and bandwidth case by calibration runs (the largest count
+they choose lasts about rate_seconds), runs every group of plan.py once per
+round (wimm's cases and the peers' in turn, their order reversed every other round
 so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
 (-run2, -run3.. when that exists: no results file is overwritten), then
 writes the report (report.py): the markdown tables with the verdicts and
@@ -122,8 +122,8 @@ def attempt(runner, case, device, failed):
 def calibrate(runner, groups, seconds, device, failed, records, checkpoint=lambda: None):
     """GROUPS with every rate and bandwidth case sized by time: one run of
     its planned count measures its rate, plan.count_for_seconds turns that
-    into the count of every round; a run too short to trust runs again with
-    that count (plan.calibrate_again). Each calibration run goes to RECORDS
+    into the count of every round, and more runs check it
+    (plan.calibrate_again). Each calibration run goes to RECORDS
     (kept in the JSON, in no median)."""
     sized = []
     for group in groups:
@@ -139,28 +139,31 @@ def calibrate(runner, groups, seconds, device, failed, records, checkpoint=lambd
 
 
 def calibrate_case(runner, case, seconds, device, failed, records):
-    """CASE with the count of its rounds, from one or more calibration runs."""
+    """CASE with the count of its rounds: the largest count its calibration
+    runs chose (plan.calibrate_again says how many run)."""
     floor = runners.PERFTEST_TIMEOUT if case["tool"].startswith("ib_") else runners.RUN_TIMEOUT
-    iters, timeout, run_case = case["iters"], floor, case
-    for runs in range(1, plan.CALIBRATION_MAX_RUNS + 1):
+    best = (case["iters"], floor)  # what a case without a measured rate keeps
+    run_case, runs = case, 0
+    while True:
+        runs += 1
         say(f"calibration {case['key']}: {run_case['iters']} messages")
         record = attempt(runner, run_case, device, failed)
         rate = record.get("msg_rate") if record["ok"] else None
-        # A failed run after a good one keeps what the good one chose.
-        if rate or runs == 1:
+        if rate:
             iters = plan.count_for_seconds(rate, case["iters"], seconds, case["size"])
             timeout = plan.timeout_for(iters, rate, floor)
-        if rate:
             say(f"calibration {case['key']}: {rate:.0f} msg/s -> {iters} messages "
                 f"(about {iters / rate:.2f} s, time limit {timeout} s)")
+            best = max(best, (iters, timeout))
         else:
+            iters, timeout = best
             say(f"calibration {case['key']}: no rate, keeping {iters} messages")
         record.update(calibration=True, chosen_iters=iters, chosen_timeout=timeout)
         records.append(record)
         if not rate or not plan.calibrate_again(run_case["iters"], iters, runs):
             break
         run_case = plan.with_count(case, iters, timeout)
-    return plan.with_count(case, iters, timeout)
+    return plan.with_count(case, *best)
 
 
 def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=None):

@@ -73,6 +73,7 @@ class Settings:
                 "cpu_seconds": self.cpu_seconds, "rate_seconds": self.rate_seconds,
                 "rate_max_msgs": RATE_MAX_MSGS, "rate_max_bytes": RATE_MAX_BYTES,
                 "calibration_growth": CALIBRATION_GROWTH,
+                "calibration_min_runs": CALIBRATION_MIN_RUNS,
                 "calibration_max_runs": CALIBRATION_MAX_RUNS,
                 "chunks": self.chunks,
                 "bulk_size": self.bulk_size, "bulk_iters": self.bulk_iters}
@@ -155,20 +156,26 @@ def count_for_seconds(rate, planned, seconds, size, max_msgs=RATE_MAX_MSGS,
     return max(planned, min(cap, _round_count(rate * seconds)))
 
 
-# A calibration run that chose more than CALIBRATION_GROWTH times its own
-# count lasted under a tenth of the target: its rate is mostly the run's
-# fixed cost (connection, warm-up, the final acknowledgement). ipc
-# write_poll 8 B measured 1.25 M/s with 10000 messages and ran at 27 M/s in
-# the rounds, 24 ms a run. Such a case runs again with the count it chose,
-# at most CALIBRATION_MAX_RUNS runs in all; the last one sets the count.
+# Calibration runs per case: the planned count, then the count that run
+# chose, and once more when the second chose more than CALIBRATION_GROWTH
+# times its own count. A short run's rate is mostly its fixed cost
+# (connection, warm-up, the final acknowledgement: ipc write_poll 8 B read
+# 1.25 M/s with 10000 messages and ran at 27 M/s in the rounds, 24 ms a run);
+# a run that something else on the host slowed reads low (ipc write_imm 8 B
+# once read 0.05 M/s where its rounds ran at 5 M/s). Either way it chooses
+# too few messages, never too many, so the rounds take the largest count
+# any run chose.
 CALIBRATION_GROWTH = 10
+CALIBRATION_MIN_RUNS = 2
 CALIBRATION_MAX_RUNS = 3
 
 
 def calibrate_again(run_iters, chosen, runs_so_far):
-    """Whether a calibration run of RUN_ITERS messages that chose CHOSEN, the
-    RUNS_SO_FAR-th of its case, was too short to trust."""
-    return runs_so_far < CALIBRATION_MAX_RUNS and chosen > CALIBRATION_GROWTH * run_iters
+    """Whether a case whose RUNS_SO_FAR-th calibration run, of RUN_ITERS
+    messages, chose CHOSEN runs once more (with CHOSEN)."""
+    if runs_so_far >= CALIBRATION_MAX_RUNS:
+        return False
+    return runs_so_far < CALIBRATION_MIN_RUNS or chosen > CALIBRATION_GROWTH * run_iters
 
 
 # On a loaded host one round of a rate case ran 250x slower than another

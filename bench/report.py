@@ -93,7 +93,11 @@ def counts_line(s):
     """How the runs' message counts were chosen, from the settings."""
     if "rate_seconds" not in s:  # a results file of before the calibration runs
         return "Counts: fixed per case (bench/plan.py), the same in every round."
-    if "calibration_max_runs" in s:
+    if "calibration_min_runs" in s:
+        how = (f"the largest count its calibration runs chose (the planned count, then the "
+               f"count that run chose, and once more when the second chose more than "
+               f"{s['calibration_growth']}x its own)")
+    elif "calibration_max_runs" in s:  # 2026-12-06 00:04 UTC: the last run decided
         how = (f"calibration runs (one of the planned count; another of the count it chose "
                f"when that was more than {s['calibration_growth']}x its own, at most "
                f"{s['calibration_max_runs']} runs, the last one deciding)")

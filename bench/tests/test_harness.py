@@ -185,16 +185,20 @@ class CountTest(unittest.TestCase):
 
 class ModelRunner:
     """A tool whose run costs FIXED_S plus PER_MSG_S a message (a short run
-    reads as a low rate); the runs numbered in FAIL fail."""
+    reads as a low rate); the runs numbered in FAIL fail, those in SLOW take
+    100x as long (the host was busy)."""
 
-    def __init__(self, fixed_s, per_msg_s, fail=()):
-        self.fixed_s, self.per_msg_s, self.fail, self.counts = fixed_s, per_msg_s, fail, []
+    def __init__(self, fixed_s, per_msg_s, fail=(), slow=()):
+        self.fixed_s, self.per_msg_s, self.counts = fixed_s, per_msg_s, []
+        self.fail, self.slow = fail, slow
 
     def execute(self, case, device):
         self.counts.append(case["iters"])
         if len(self.counts) in self.fail:
             raise runners.RunError("client exited 1")
-        return {"msg_rate": case["iters"] / (self.fixed_s + case["iters"] * self.per_msg_s)}
+        seconds = self.fixed_s + case["iters"] * self.per_msg_s
+        return {"msg_rate": case["iters"] / (seconds * (100 if len(self.counts) in self.slow
+                                                        else 1))}
 
 
 class RepeatedCalibrationTest(unittest.TestCase):
@@ -221,12 +225,28 @@ class RepeatedCalibrationTest(unittest.TestCase):
         self.assertEqual(sized["timeout"], records[-1]["chosen_timeout"])
         self.assertEqual(sized["args"][sized["args"].index("-n") + 1], "5000000")
 
-    def test_a_long_enough_run_decides_at_once(self):
+    def test_a_long_enough_run_is_checked_once(self):
         runner = ModelRunner(0.0001, 1e-5)  # 100 k/s: 10000 messages last 0.1 s
         sized, records = self.sized(runner)
-        self.assertEqual(runner.counts, [10000])
-        self.assertEqual(sized["iters"], records[0]["chosen_iters"])
+        self.assertEqual(runner.counts, [10000, 50000])
+        self.assertEqual([r["chosen_iters"] for r in records], [50000, 50000])
         self.assertEqual(sized["iters"], 50000)
+
+    def test_a_first_run_the_host_slowed_is_outgrown(self):
+        # 5 M/s, but the first run took 100x as long: it chose 17000.
+        runner = ModelRunner(0.001, 2e-7, slow=(1,))
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000, 17000, 1900000])
+        self.assertEqual([r["chosen_iters"] for r in records], [17000, 1900000, 2500000])
+        self.assertEqual(sized["iters"], 2500000)
+
+    def test_a_later_run_the_host_slowed_does_not_shrink_the_count(self):
+        runner = ModelRunner(0.001, 2e-7, slow=(2,))
+        sized, records = self.sized(runner)
+        self.assertEqual(runner.counts, [10000, 1700000])
+        self.assertEqual([r["chosen_iters"] for r in records], [1700000, 25000])
+        self.assertEqual(sized["iters"], 1700000)
+        self.assertEqual(sized["timeout"], records[0]["chosen_timeout"])
 
     def test_at_most_the_maximum_of_runs(self):
         # Every run lasts 40 ms whatever its count: it never settles.
@@ -236,8 +256,9 @@ class RepeatedCalibrationTest(unittest.TestCase):
         self.assertEqual(len(runner.counts), plan.CALIBRATION_MAX_RUNS)
         self.assertEqual(sized["iters"], records[-1]["chosen_iters"])
         self.assertFalse(plan.calibrate_again(10, 1000, plan.CALIBRATION_MAX_RUNS))
-        self.assertTrue(plan.calibrate_again(10, 101, 1))
-        self.assertFalse(plan.calibrate_again(10, 100, 1))
+        self.assertTrue(plan.calibrate_again(10, 10, 1))
+        self.assertTrue(plan.calibrate_again(10, 101, 2))
+        self.assertFalse(plan.calibrate_again(10, 100, 2))
 
     def test_a_failed_second_run_keeps_the_first_choice(self):
         runner = ModelRunner(0.008, 4e-8, fail=(2,))
@@ -430,10 +451,10 @@ class ReportTest(unittest.TestCase):
                       " | 0.62, 0.75, 0.88, 1.00, 1.12 | ≤ 1.00x | **met** |", text)
         self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
-        self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by "
-                      "calibration runs (one of the planned count; another of the count it "
-                      "chose when that was more than 10x its own, at most 3 runs, the last one "
-                      "deciding), never fewer than the planned count", text)
+        self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by the "
+                      "largest count its calibration runs chose (the planned count, then the "
+                      "count that run chose, and once more when the second chose more than 10x "
+                      "its own), never fewer than the planned count", text)
         self.assertIn("| rate\\|ofi:tcp\\|write_imm\\|8 | 10000 | 123456 | 62000 |", text)
         self.assertIn("| rate\\|ofi:tcp\\|send_imm\\|8 | 10000 | failed: wimm: client: the "
                       "peer left \\| wimm: server: gone | 10000 |", text)
@@ -447,6 +468,10 @@ class ReportTest(unittest.TestCase):
         once = {k: v for k, v in meta["settings"].items() if not k.startswith("calibration_")}
         self.assertIn("0.5 s each by one calibration run of the planned count, never fewer",
                       report.header(dict(meta, settings=once)))
+        # The run of 2026-12-06 00:04 UTC, where the last calibration run decided.
+        last = {k: v for k, v in meta["settings"].items() if k != "calibration_min_runs"}
+        self.assertIn("at most 3 runs, the last one deciding), never fewer",
+                      report.header(dict(meta, settings=last)))
 
 
 if __name__ == "__main__":
