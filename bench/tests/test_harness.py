@@ -316,15 +316,20 @@ class CalibrationTest(unittest.TestCase):
             records, failed = [], {}
             groups = harness.calibrate(runner, self.case("ofi:tcp"), 0.2, None, failed, records)
         (case,), = groups
-        (record,) = records
-        self.assertTrue(record["ok"], record.get("error"))
-        self.assertTrue(record["calibration"])
+        # The planned count, then the count it chose (a third run only if that chose 10x more).
+        self.assertIn(len(records), (2, 3))
+        record = records[0]
+        for r in records:
+            self.assertTrue(r["ok"], r.get("error"))
+            self.assertTrue(r["calibration"])
+            self.assertEqual(r["chosen_iters"], plan.count_for_seconds(
+                r["msg_rate"], 10000, 0.2, 8))
         self.assertEqual(record["iters"], 10000)
-        self.assertEqual(record["chosen_iters"], plan.count_for_seconds(
-            record["msg_rate"], 10000, 0.2, 8))
+        self.assertEqual(records[1]["iters"], record["chosen_iters"])
+        best = max(records, key=lambda r: (r["chosen_iters"], r["chosen_timeout"]))
         self.assertEqual(case["args"][case["args"].index("-n") + 1], str(case["iters"]))
-        self.assertEqual(case["iters"], record["chosen_iters"])
-        self.assertEqual(case["timeout"], record["chosen_timeout"])
+        self.assertEqual(case["iters"], best["chosen_iters"])
+        self.assertEqual(case["timeout"], best["chosen_timeout"])
         self.assertGreaterEqual(case["timeout"], runners.RUN_TIMEOUT)
         self.assertEqual((failed, runner.records), ({}, []))
 
