@@ -174,6 +174,15 @@ static int is_atomic(enum wimm_op op)
 	return op == WIMM_OP_FETCH_ADD || op == WIMM_OP_CMP_SWAP;
 }
 
+/* An operation the fabric took: numbered and counted. */
+static void count_out(struct wimm_conn *c, size_t len, int doorbell)
+{
+	c->op_seq++;
+	c->st.ops_out++;
+	c->st.bytes_out += len;
+	c->st.doorbells_out += doorbell ? 1u : 0u;
+}
+
 static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
 {
 	struct backoff b = {0, 0};
@@ -209,10 +218,7 @@ static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned 
 	}
 	if (wr->signal)
 		conn_pending_push(c, c->op_seq, wr->op);
-	c->op_seq++;
-	c->st.ops_out++;
-	c->st.bytes_out += wr->len;
-	c->st.doorbells_out += doorbell ? 1u : 0u;
+	count_out(c, wr->len, doorbell);
 	return 0;
 }
 
@@ -243,6 +249,21 @@ static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_
 	}
 }
 
+/* A checked, unsignaled plain write that the backend completes by storing
+ * it (backend.h): no request, no completion, nothing to wait for (so
+ * WIMM_F_WAIT is moot). NOTSUP when the backend cannot store this one. */
+static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
+		       size_t len)
+{
+	int ret = ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key,
+				   (const char *)wimm_mr_bmr(src)->addr + src_off, len);
+	if (ret == 0)
+		count_out(c, len, 0);
+	else if (ret == WIMM_E_DISCONNECTED)
+		wimm_ctx_progress_into_backlog(c->ctx); /* as post() */
+	return ret;
+}
+
 static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
 			size_t dst_off, size_t len, uint32_t imm, unsigned flags)
 {
@@ -253,6 +274,12 @@ static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *sr
 	if (len > 0 || op == WIMM_OP_WRITE || dst_off != 0) {
 		ret = check_remote(c, dst_off, len, WIMM_HS_F_WINDOW_WRITE);
 		if (ret)
+			return ret;
+	}
+	if (op == WIMM_OP_WRITE && !(flags & WIMM_F_SIGNAL) && len > 0 && c->state == CONN_UP &&
+	    ops_of(c)->store) {
+		ret = store_write(c, src, src_off, dst_off, len);
+		if (ret != WIMM_E_NOTSUP)
 			return ret;
 	}
 	struct wimm_wr wr = {
@@ -272,39 +299,9 @@ int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, siz
 	return write_common(c, WIMM_OP_WRITE_IMM, src, src_off, dst_off, len, imm, flags);
 }
 
-/* An unsignaled write that the backend completes by storing it (backend.h):
- * the checks of write_common, then no request and no completion. NOTSUP
- * when the backend cannot store this one. */
-static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
-		       size_t len)
-{
-	int ret = check_local(c, src, src_off, len);
-	if (!ret)
-		ret = check_remote(c, dst_off, len, WIMM_HS_F_WINDOW_WRITE);
-	if (ret)
-		return ret;
-	ret = ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key,
-			       (const char *)wimm_mr_bmr(src)->addr + src_off, len);
-	if (ret == 0) {
-		c->op_seq++;
-		c->st.ops_out++;
-		c->st.bytes_out += len;
-	} else if (ret == WIMM_E_DISCONNECTED) {
-		/* As post(): the CONN_DOWN is taken at once. */
-		wimm_ctx_progress_into_backlog(c->ctx);
-	}
-	return ret;
-}
-
 int wimm_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off, size_t len,
 	       unsigned flags)
 {
-	/* A store has nothing to wait for: WIMM_F_WAIT is moot there. */
-	if (c && !(flags & ~WIMM_F_WAIT) && len > 0 && c->state == CONN_UP && ops_of(c)->store) {
-		int ret = store_write(c, src, src_off, dst_off, len);
-		if (ret != WIMM_E_NOTSUP)
-			return ret;
-	}
 	return write_common(c, WIMM_OP_WRITE, src, src_off, dst_off, len, 0, flags);
 }
 
