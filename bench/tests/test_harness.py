@@ -119,6 +119,8 @@ class ParseTest(unittest.TestCase):
             {"ok": True, "kind": "rate", "fabric": "ofi:tcp", "op": "write_poll", "size": 8,
              "msg_rate": 9e9},
             {"ok": False, "kind": "rate", "fabric": "ipc", "op": "write_imm", "size": 8}]
+        # A second calibration run the host slowed does not lower the capacity.
+        calibration.append(dict(calibration[0], msg_rate=50000.0))
         kept, dropped = plan.beyond_capacity(groups, calibration)
         keys = {c["key"] for g in kept for c in g}
         # ofi:tcp: 1M and 3M are above its 240000 msg/s, in every wait mode.
