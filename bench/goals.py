@@ -1,7 +1,7 @@
 """The goals of issue 7 as computations over the rounds: each row names the
 statistic on both sides, the ratio of the medians over the rounds, the
 target, and the verdict the numbers give (met / missed / n/a)."""
-from plan import STRATEGIES, WAIT_MODES, latency_peers, rate_peers, transport_class
+from plan import WAIT_MODES, latency_peers, rate_peers, strategies, transport_class
 from stats import crossing, ratio, verdict
 
 # The statistic each latency peer prints, and wimm's figure compared with it.
@@ -47,7 +47,7 @@ def rates(ix, meta):
                                              "msg_rate") for p in peers}
             known = {k: v for k, v in figures.items() if v is not None}
             best = max(known, key=known.get) if known else None
-            for op in STRATEGIES:
+            for op in strategies(fabric, meta.get("atomics", ())):
                 wkey = f"rate|{fabric}|{op}|{size}"
                 rounds = ix.round_ratios(wkey, f"rate|{transport_class(fabric)}|{best}|{size}",
                                          "msg_rate") if best else []

@@ -105,6 +105,24 @@ def probe_fabrics(runner, fabrics):
     return usable, unusable
 
 
+def probe_atomics(runner, fabrics):
+    """The fabrics among FABRICS that run write_atomic (a short rate run
+    each), and for the others what their run said (ofi:tcp: NOTSUP)."""
+    have, lacking = [], {}
+    for fabric in fabrics:
+        try:
+            runners.run_wimm(runner.wimm, runner.work, "rate", fabric,
+                             ["-o", plan.ATOMIC_STRATEGY, "-s", "8", "-n", "200"],
+                             host=runner.host, timeout=45)
+            have.append(fabric)
+        except runners.RunError as e:
+            # The client's own words say why (the server only sees it leave).
+            why = re.search(r"wimm: client: [^|]*", str(e))
+            lacking[fabric] = why.group(0).strip() if why else str(e)[-400:]
+            say(f"fabric {fabric}: no write_atomic here: {lacking[fabric][-200:]}")
+    return have, lacking
+
+
 def attempt(runner, case, device, failed):
     """One run of CASE as a record; a timeout puts its key in FAILED."""
     record = {k: v for k, v in case.items() if k != "args"}
@@ -294,7 +312,7 @@ def main():
         fabrics = [f for f in fabrics if not f.startswith("verbs:")]
     available = {t for t in PEER_TOOLS if shutil.which(t)}
     say(f"fabrics listed: {', '.join(fabrics)}; peers here: {', '.join(sorted(available))}")
-    if not narrow(plan.build(settings, fabrics, available), args.only):
+    if not narrow(plan.build(settings, fabrics, available, atomics=fabrics), args.only):
         parser.error(f"--only '{args.only.pattern}': no case matches (keys look like "
                      "rate|ipc|write_imm|8; a literal | is \\|)")
     date = datetime.datetime.now(datetime.timezone.utc)
@@ -313,7 +331,8 @@ def main():
         runner = Runner(wimm, work, host)
         usable, unusable = probe_fabrics(runner, fabrics)
         meta.update(fabrics=usable, unusable=unusable)
-        groups = narrow(plan.build(settings, usable, available), args.only)
+        meta["atomics"], meta["no_atomics"] = probe_atomics(runner, usable)
+        groups = narrow(plan.build(settings, usable, available, meta["atomics"]), args.only)
         if not groups:
             raise SystemExit(f"bench: --only '{args.only.pattern}': no case on the usable "
                              f"fabrics ({', '.join(usable) or 'none'}) matches")

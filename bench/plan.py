@@ -14,6 +14,14 @@ import math
 import re
 
 STRATEGIES = ["write_imm", "write_send", "send_imm", "write_poll"]
+# The fifth strategy, on the fabrics that have atomics (the harness asks
+# each fabric with a short run; ofi:tcp's MSG endpoints have none).
+ATOMIC_STRATEGY = "write_atomic"
+
+
+def strategies(fabric, atomics):
+    """The strategies measured on FABRIC, given the fabrics with ATOMICS."""
+    return STRATEGIES + ([ATOMIC_STRATEGY] if fabric in atomics else [])
 WAIT_MODES = ["spin", "adaptive", "block"]
 MIB = 1 << 20
 
@@ -34,7 +42,8 @@ class Settings:
         self.rate_iters = (50000 if full else 10000) // scale
         # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a);
         # the guest's perftest pairs write_poll with ib_write_lat too.
-        self.lat_ops = STRATEGIES if full or guest else ["write_imm", "write_send"]
+        self.lat_ops = (STRATEGIES + [ATOMIC_STRATEGY] if full or guest
+                        else ["write_imm", "write_send"])
         if full:
             self.curve_sizes = [1 << k for k in range(0, 23)]  # 1 B .. 4 MiB
             self.cpu_rates = [1000, 3000, 10000, 30000, 100000, 300000, 1000000, 3000000]
@@ -255,15 +264,18 @@ def _wimm_case(kind, fabric, mode, op, size, args, **extra):
                 label=label, args=["-o", op, "-s", str(size)] + args)
 
 
-def build(settings, fabrics, available):
-    """The groups, in the order one round runs them."""
+def build(settings, fabrics, available, atomics=()):
+    """The groups, in the order one round runs them; ATOMICS: the fabrics
+    that also measure write_atomic's rate."""
     s = settings
     classes = sorted({transport_class(f) for f in fabrics})
     groups = []
     def point(kind, mode, size, cls, ops, iters, peers):
-        """wimm's cases of one point on the fabrics of a class, then the peers'."""
+        """wimm's cases of one point on the fabrics of a class, then the peers'
+        (OPS: a list, or a function of the fabric)."""
         g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)], iters=iters)
-             for f in fabrics if transport_class(f) == cls for op in ops]
+             for f in fabrics if transport_class(f) == cls
+             for op in (ops(f) if callable(ops) else ops)]
         return g + [_peer_case(kind, cls, p, size,
                                peer_rate_iters(cls, p, size, iters) if mode == "rate" else iters)
                     for p in peers]
@@ -271,11 +283,14 @@ def build(settings, fabrics, available):
     # Latency at the goal sizes, then the latency peers.
     for size in s.lat_sizes:
         ops = [op for op in s.lat_ops if op != "write_send" or size == 1200 or s.full]
-        groups += [point("lat", "pingpong", size, cls, ops, s.lat_iters,
+        groups += [point("lat", "pingpong", size, cls,
+                         lambda f, ops=ops: [op for op in ops
+                                             if op != ATOMIC_STRATEGY or f in atomics],
+                         s.lat_iters,
                          latency_peers(cls, available)) for cls in classes]
     # Message rate of the strategies, then the rate peers.
     for size in s.rate_sizes:
-        groups += [point("rate", "rate", size, cls, STRATEGIES, s.rate_iters,
+        groups += [point("rate", "rate", size, cls, lambda f: strategies(f, atomics), s.rate_iters,
                          rate_peers(cls, available)) for cls in classes]
     # Curves: write_imm latency and bandwidth over the sizes.
     for size in s.curve_sizes:

@@ -202,6 +202,20 @@ def bulk_detail(rows, meta):
         table(head, out) + "\n\n" + "\n".join(notes)
 
 
+def atomics_note(meta):
+    """Which fabrics measured write_atomic (a plain write, then a fetch-and-add
+    on a signal word the receiver polls), and why the others did not."""
+    if "atomics" not in meta:
+        return "`write_atomic` was not measured in this run (the harness did not yet ask " \
+            "the fabrics for atomics)."
+    have = ", ".join(meta["atomics"]) or "none"
+    text = f"`write_atomic` (a plain write, then a fetch-and-add on a signal word that the " \
+        f"receiver polls) runs on the fabrics with atomics: {have}."
+    for fabric, why in meta.get("no_atomics", {}).items():
+        text += f" {fabric}: {last_line(why)}."
+    return text
+
+
 def last_line(text):
     lines = (text or "").strip().splitlines()
     return lines[-1][:300] if lines else "(no message)"
@@ -316,6 +330,7 @@ def render(data, stem):
              "ucx_perftest's when its sender has handed the last one to the transport: its "
              "tcp runs therefore send at least 64 MiB (at most 1M messages), so that the "
              "socket buffers hold a small part of the run (docs/performance.md).",
+             atomics_note(meta),
              rate_detail(rate_rows),
              "### Latency at the goal sizes, every run's median and average (µs, one-way)",
              latency_detail(ix, meta),

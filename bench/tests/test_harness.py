@@ -110,6 +110,26 @@ class ParseTest(unittest.TestCase):
         self.assertEqual(cases["rate|ofi:tcp|write_imm|8"]["args"][-1], str(s.rate_iters))
         self.assertEqual(cases["lat|tcp|ucp_am_lat UCX_TLS=tcp|8"]["iters"], s.lat_iters)
 
+    def test_write_atomic_only_where_the_fabric_has_atomics(self):
+        s = plan.Settings(full=False, rounds=1)
+        keys = {c["key"] for g in plan.build(s, ["ofi:tcp", "ipc"], set(), atomics=["ipc"])
+                for c in g}
+        self.assertIn("rate|ipc|write_atomic|8", keys)
+        self.assertIn("rate|ipc|write_atomic|4096", keys)
+        self.assertNotIn("rate|ofi:tcp|write_atomic|8", keys)
+        self.assertIn("rate|ofi:tcp|write_poll|8", keys)
+        # Without atomics (the default), the four other strategies only.
+        keys = {c["key"] for g in plan.build(s, ["ipc"], set()) for c in g}
+        self.assertFalse([k for k in keys if "write_atomic" in k])
+        self.assertEqual(plan.strategies("ipc", ["ipc"])[-1], "write_atomic")
+        # The guest's latency points take every strategy, write_atomic where it runs.
+        guest = plan.Settings(full=False, rounds=5, guest=True)
+        keys = {c["key"] for g in plan.build(guest, ["verbs:rxe0", "ipc"], set(),
+                                              atomics=["verbs:rxe0"]) for c in g}
+        self.assertIn("lat|verbs:rxe0|write_atomic|8", keys)
+        self.assertNotIn("lat|ipc|write_atomic|8", keys)
+        self.assertIn("lat|ipc|write_poll|8", keys)
+
     def test_cpu_rates_beyond_a_fabric_not_run(self):
         s = plan.Settings(full=False, rounds=1)
         groups = plan.build(s, ["ofi:tcp", "ipc"], set())
@@ -364,6 +384,14 @@ class WimmRunTest(unittest.TestCase):
             with self.assertRaisesRegex(runners.TransportError, "asked for auto"):
                 runners.run_wimm(os.environ["WIMM"], work, "pingpong", "auto", ["-n", "100"])
 
+    def test_atomics_asked_of_each_fabric(self):
+        with tempfile.TemporaryDirectory() as work:
+            runner = harness.Runner(os.environ["WIMM"], work, "127.0.0.1")
+            have, lacking = harness.probe_atomics(runner, ["ipc", "ofi:tcp"])
+        self.assertEqual(have, ["ipc"])
+        self.assertEqual(list(lacking), ["ofi:tcp"])
+        self.assertRegex(lacking["ofi:tcp"], r"^wimm: client: .*\(WIMM_E_NOTSUP\).*FI_ATOMIC")
+
     def test_failed_run_says_why(self):
         with tempfile.TemporaryDirectory() as work:
             with self.assertRaisesRegex(runners.RunError, "server did not start"):
@@ -436,6 +464,13 @@ class ReportTest(unittest.TestCase):
         ix = Index(runs)
         rows = goals.latency(ix, meta)
         self.assertEqual([r["verdict"] for r in rows], ["met", "met"])
+        # A fabric without atomics has no write_atomic row; one with them has.
+        self.assertNotIn("write_atomic", {r["op"] for r in goals.rates(ix, meta)})
+        with_atomics = dict(meta, atomics=["ofi:tcp"])
+        self.assertIn("write_atomic", {r["op"] for r in goals.rates(ix, with_atomics)})
+        meta = dict(meta, atomics=[], no_atomics={
+            "ofi:tcp": "wimm rate: client 1, server 1: operation not supported by this "
+                       "fabric (WIMM_E_NOTSUP)"})
         self.assertAlmostEqual(rows[0]["ratio"], 7.0 / 8.0)
         # Round by round, wimm's (4 + round) against the peer's 8.
         self.assertEqual(rows[0]["rounds"], [(4.0 + k) / 8.0 for k in range(1, 6)])
@@ -458,6 +493,8 @@ class ReportTest(unittest.TestCase):
                       " | 0.62, 0.75, 0.88, 1.00, 1.12 | ≤ 1.00x | **met** |", text)
         self.assertIn("1 of 5 runs failed: wimm: client: the peer left", text)
         self.assertIn("fabric ofi:sockets: unusable, not measured: wimm: client: timed out", text)
+        self.assertIn("runs on the fabrics with atomics: none. ofi:tcp: wimm rate: client 1, "
+                      "server 1: operation not supported by this fabric (WIMM_E_NOTSUP).", text)
         self.assertIn("the rate and bandwidth runs were sized to about 0.5 s each by the "
                       "largest count its calibration runs chose (the planned count, then the "
                       "count that run chose, and once more when the second chose more than 10x "
