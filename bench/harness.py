@@ -312,6 +312,7 @@ def main():
         fabrics = [f for f in fabrics if not f.startswith("verbs:")]
     available = {t for t in PEER_TOOLS if shutil.which(t)}
     say(f"fabrics listed: {', '.join(fabrics)}; peers here: {', '.join(sorted(available))}")
+    # Atomics are not asked yet: a pattern naming write_atomic is valid here.
     if not narrow(plan.build(settings, fabrics, available, atomics=fabrics), args.only):
         parser.error(f"--only '{args.only.pattern}': no case matches (keys look like "
                      "rate|ipc|write_imm|8; a literal | is \\|)")

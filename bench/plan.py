@@ -17,13 +17,18 @@ STRATEGIES = ["write_imm", "write_send", "send_imm", "write_poll"]
 # The fifth strategy, on the fabrics that have atomics (the harness asks
 # each fabric with a short run; ofi:tcp's MSG endpoints have none).
 ATOMIC_STRATEGY = "write_atomic"
+WAIT_MODES = ["spin", "adaptive", "block"]
+MIB = 1 << 20
+
+
+def runs_on(op, fabric, atomics):
+    """Whether strategy OP is measured on FABRIC, given the fabrics with ATOMICS."""
+    return op != ATOMIC_STRATEGY or fabric in atomics
 
 
 def strategies(fabric, atomics):
     """The strategies measured on FABRIC, given the fabrics with ATOMICS."""
-    return STRATEGIES + ([ATOMIC_STRATEGY] if fabric in atomics else [])
-WAIT_MODES = ["spin", "adaptive", "block"]
-MIB = 1 << 20
+    return [op for op in STRATEGIES + [ATOMIC_STRATEGY] if runs_on(op, fabric, atomics)]
 
 
 class Settings:
@@ -271,11 +276,11 @@ def build(settings, fabrics, available, atomics=()):
     classes = sorted({transport_class(f) for f in fabrics})
     groups = []
     def point(kind, mode, size, cls, ops, iters, peers):
-        """wimm's cases of one point on the fabrics of a class, then the peers'
-        (OPS: a list, or a function of the fabric)."""
+        """wimm's cases of one point on the fabrics of a class (each of OPS
+        that runs there), then the peers'."""
         g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)], iters=iters)
              for f in fabrics if transport_class(f) == cls
-             for op in (ops(f) if callable(ops) else ops)]
+             for op in ops if runs_on(op, f, atomics)]
         return g + [_peer_case(kind, cls, p, size,
                                peer_rate_iters(cls, p, size, iters) if mode == "rate" else iters)
                     for p in peers]
@@ -283,14 +288,11 @@ def build(settings, fabrics, available, atomics=()):
     # Latency at the goal sizes, then the latency peers.
     for size in s.lat_sizes:
         ops = [op for op in s.lat_ops if op != "write_send" or size == 1200 or s.full]
-        groups += [point("lat", "pingpong", size, cls,
-                         lambda f, ops=ops: [op for op in ops
-                                             if op != ATOMIC_STRATEGY or f in atomics],
-                         s.lat_iters,
+        groups += [point("lat", "pingpong", size, cls, ops, s.lat_iters,
                          latency_peers(cls, available)) for cls in classes]
     # Message rate of the strategies, then the rate peers.
     for size in s.rate_sizes:
-        groups += [point("rate", "rate", size, cls, lambda f: strategies(f, atomics), s.rate_iters,
+        groups += [point("rate", "rate", size, cls, STRATEGIES + [ATOMIC_STRATEGY], s.rate_iters,
                          rate_peers(cls, available)) for cls in classes]
     # Curves: write_imm latency and bandwidth over the sizes.
     for size in s.curve_sizes:
