@@ -481,5 +481,5 @@ int ofi_conn_ready(void *bconn, const struct wimm_handshake *peer)
 {
 	struct ofi_conn *c = bconn;
 
-	return c->ctx->msg ? 0 : ofi_sock_conn_ready(c, peer);
+	return c->ctx->msg ? ofi_ring_take_offer(c, peer) : ofi_sock_conn_ready(c, peer);
 }

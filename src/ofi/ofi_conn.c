@@ -229,6 +229,7 @@ static void ofi_conn_free(struct ofi_conn *c)
 	if (c->rx_mr)
 		fi_close(&c->rx_mr->fid);
 	ofi_atomic_free(c);
+	ofi_ring_free(c);
 	if (c->info)
 		fi_freeinfo(c->info);
 	free(c->frame);
@@ -273,6 +274,9 @@ int ofi_conn_new(void *bctx, void *breq, const struct wimm_conn_cfg *cfg, void *
 			goto err_unregister;
 		c->enabled = 1;
 	} else {
+		ret = ofi_ring_open(c, cfg->window);
+		if (ret)
+			goto err_unregister;
 		ret = ofi_conn_open_cq(c);
 		if (ret)
 			goto err_unregister;
@@ -310,10 +314,10 @@ int ofi_conn_addr(void *bconn, uint8_t *buf, size_t *len)
 {
 	struct ofi_conn *c = bconn;
 
-	if (c->ctx->msg) {
-		*len = 0; /* the provider's CM addresses MSG endpoints */
-		return 0;
-	}
+	/* The provider's CM addresses MSG endpoints: the address carries our
+	 * doorbell ring's offer, if any. */
+	if (c->ctx->msg)
+		return ofi_ring_offer(c, buf, len);
 	if (*len < c->lane->name_len)
 		return WIMM_E_NOMEM;
 	memcpy(buf, c->lane->name, c->lane->name_len);
@@ -353,6 +357,8 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint3
 	}
 	if (wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP)
 		return ofi_atomic_post_once(c, wr, pos, flags);
+	if (wr->op == WIMM_OP_WRITE_IMM && c->ring_out)
+		return ofi_ring_post_once(c, wr, pos, flags);
 	if (wr->op == WIMM_OP_SEND_IMM) {
 		struct fi_msg m = {
 		    .msg_iov = &iov,
@@ -396,6 +402,10 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	uint64_t flags = 0;
 	uint32_t pos;
 	int complete;
+	/* Through the peer's ring: the entry rides with the payload. */
+	int ringed = wr->op == WIMM_OP_WRITE_IMM && c->ring_out;
+	size_t wire_len = wr->len + (ringed ? OFI_RING_ENTRY_LEN : 0);
+	size_t inject = c->ctx->info->tx_attr->inject_size;
 	ssize_t ret;
 
 	if (!c->enabled || c->down.state != WIMM_DOWN_ALIVE)
@@ -410,12 +420,11 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	 * complete (their bytes are only there then), and so does what cannot
 	 * be injected: an unsignaled operation counts as complete when posted
 	 * (send_ring.h, out of order). */
-	complete =
-	    wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ ||
-						   wr->len > c->ctx->info->tx_attr->inject_size);
+	complete = wimm_send_ring_must_signal(
+	    &c->sq, wr->signal || wr->op == WIMM_OP_READ || wire_len > inject);
 	if (complete)
 		flags |= FI_COMPLETION;
-	else if (wr->len <= c->ctx->info->tx_attr->inject_size)
+	else if (wire_len <= inject)
 		flags |= FI_INJECT;
 	/* tcp completes a write when it leaves; shm's copy is the delivery
 	 * (and its RMA path never completes with this flag). */
@@ -433,6 +442,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
 	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
+	ofi_ring_posted(c, wr, ringed);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
 		ofi_hot_add(c);

@@ -200,6 +200,18 @@ static int ofi_reg_null_mr(struct ofi_ctx *x)
 
 static void ofi_ctx_close(void *bctx);
 
+/* The doorbell ring (ofi_ring_wire.h) is for tcp, whose remote CQ data
+ * costs a signal per completion; it needs a write of two segments from
+ * unregistered memory. WIMM_OFI_RING=0 keeps remote CQ data. */
+static int ofi_ring_usable(const struct fi_info *i)
+{
+	const char *env = getenv("WIMM_OFI_RING");
+
+	return i->ep_attr->type == FI_EP_MSG && !strcmp(i->fabric_attr->prov_name, "tcp") &&
+	       i->tx_attr->iov_limit >= 2 && i->tx_attr->rma_iov_limit >= 2 &&
+	       !(i->domain_attr->mr_mode & FI_MR_LOCAL) && (!env || strcmp(env, "0") != 0);
+}
+
 static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budget, unsigned flags,
 			void **bctx)
 {
@@ -223,6 +235,7 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 		goto err_free;
 	x->msg = x->info->ep_attr->type == FI_EP_MSG;
 	x->prov_key = !!(x->info->domain_attr->mr_mode & FI_MR_PROV_KEY);
+	x->ring = ofi_ring_usable(x->info);
 	/* Remote addresses are always virtual addresses: the core sends the
 	 * window's address. Providers that default to offsets (tcp) accept
 	 * FI_MR_VIRT_ADDR when the domain asks for it. */

@@ -22,6 +22,7 @@
 #include "core/recv_slots.h"
 #include "core/send_ring.h"
 #include "core/sidechan.h"
+#include "ofi/ofi_ring_wire.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
 #define OFI_STASH 32 /* MSG: completions read ahead by post() / arm() */
@@ -112,6 +113,9 @@ struct ofi_ctx {
 	struct wimm_ctl_throttle ctl; /* RDM: the liveness sockets */
 	struct fid **fids;	      /* scratch for fi_trywait */
 	size_t fids_cap;
+	/* tcp: doorbells between wimm peers go through a ring, not remote CQ
+	 * data (ofi_ring_wire.h); WIMM_OFI_RING=0 turns it off. */
+	int ring;
 	int atomics;	      /* 64-bit fetch-add and compare-swap usable */
 	char atomic_why[160]; /* ... else why not (ofi_atomic_probe) */
 };
@@ -163,6 +167,21 @@ struct ofi_conn {
 
 	uint64_t *atom; /* atomic operands, two per send slot (ofi_atomic.c) */
 	struct fid_mr *atom_mr;
+
+	/* ofi_ring.c (tcp). Ours, which the peer writes: */
+	struct ofi_ring_entry *ring; /* NULL: we offer none */
+	struct fid_mr *ring_mr;
+	uint32_t ring_entries;
+	uint64_t ring_head;	  /* the next entry to read */
+	uint64_t ring_max_len;	  /* our window's length: no entry claims more */
+	uint32_t cq_bells;	  /* doorbells delivered from the CQ, mod 2^32 */
+	int ring_broken;	  /* the peer broke its rules: read no more */
+	/* The peer's, which we write (ring_out NULL: it offered none): */
+	struct ofi_ring_entry *ring_out; /* the entry of each send slot */
+	uint64_t peer_ring_addr, peer_ring_key;
+	uint32_t peer_ring_entries;
+	uint64_t peer_ring_tail; /* entries written */
+	uint32_t sends_posted;	 /* doorbells posted through its CQ, mod 2^32 */
 };
 
 struct ofi_req {
@@ -269,6 +288,29 @@ int ofi_post_atomic(void *bconn, const struct wimm_wr *wr);
 ssize_t ofi_atomic_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos,
 			     uint64_t flags);
 void ofi_atomic_free(struct ofi_conn *c);
+
+/* ofi_ring.c (tcp: the doorbell ring, ofi_ring_wire.h) */
+/* Our ring, of one slot per receive-window doorbell (none unless x->ring). */
+int ofi_ring_open(struct ofi_conn *c, const struct wimm_bmr *window);
+void ofi_ring_free(struct ofi_conn *c);
+/* The offer for our handshake's transport address (*len 0: none). */
+int ofi_ring_offer(const struct ofi_conn *c, uint8_t *buf, size_t *len);
+/* Take the peer's offer from its handshake; PROTO when malformed. */
+int ofi_ring_take_offer(struct ofi_conn *c, const struct wimm_handshake *peer);
+/* A write-with-imm as payload + entry, in send slot pos. */
+ssize_t ofi_ring_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos,
+			   uint64_t flags);
+/* wr was posted (through the ring when `ringed`): count it. */
+void ofi_ring_posted(struct ofi_conn *c, const struct wimm_wr *wr, int ringed);
+/* 1 when the next entry of our ring is there; *ahead: how many CQ
+ * doorbells must be delivered before it (negative: a broken peer). */
+int ofi_ring_peek(const struct ofi_conn *c, int32_t *ahead);
+/* The next entry as a cqe; 0 when it claims more than our window. */
+int ofi_ring_take(struct ofi_conn *c, struct wimm_cqe *e);
+/* 1 when ofi_ring_peek would find an entry. */
+int ofi_ring_pending(const struct ofi_conn *c);
+/* The peer broke the ring's rules: cut it, report PROTO. */
+void ofi_ring_violation(struct ofi_conn *c, const char *what);
 
 /* ofi_poll.c */
 /* One CQ entry (or error entry) of c into at most one cqe; 1 if filled. */

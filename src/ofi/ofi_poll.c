@@ -206,7 +206,8 @@ void ofi_conn_stash_cq(struct ofi_conn *c)
 		if (got < room)
 			break;
 	}
-	if (c->stash_len)
+	/* A ring entry lands in a CQ read too, and says nothing in the CQ. */
+	if (c->stash_len || ofi_ring_pending(c))
 		ofi_hot_add(c);
 }
 
@@ -266,6 +267,70 @@ void ofi_hot_del(struct ofi_conn *c)
 		x->hot = c->hot_next;
 }
 
+static struct wimm_cqe *ofi_stash_pop(struct ofi_conn *c)
+{
+	struct wimm_cqe *e = &c->stash[c->stash_head];
+
+	c->stash_head = (c->stash_head + 1) % OFI_STASH;
+	c->stash_len--;
+	return e;
+}
+
+/* With our doorbell ring (ofi_ring_wire.h): its entries and the CQ's
+ * completions in the order the peer posted them. An entry goes after the
+ * number of CQ doorbells it names; tcp keeps the peer's bytes in order, so
+ * when an entry is there, every CQ doorbell posted before it is already in
+ * the CQ, and one that is not is a peer breaking the rules. */
+static int ofi_conn_emit_merged(struct ofi_conn *c, struct wimm_cqe *out, int n)
+{
+	int got = 0, read = 0;
+	int32_t ahead;
+
+	while (got < n) {
+		int entry = ofi_ring_peek(c, &ahead);
+
+		if (entry && ahead == 0) {
+			if (!ofi_ring_take(c, &out[got])) {
+				ofi_ring_violation(c, "an entry claims more bytes than the window has");
+				break;
+			}
+			got++;
+			continue;
+		}
+		if (entry && ahead < 0) {
+			ofi_ring_violation(c, "an entry is placed before doorbells already delivered");
+			break;
+		}
+		if (!c->stash_len) {
+			/* Completions taken in post order that did not fit last time. */
+			if (wimm_send_ring_take(&c->sq, c->core, &out[got])) {
+				got++;
+				continue;
+			}
+			/* One CQ read a call (each costs tcp a poll(2)), more only
+			 * for the CQ doorbells an entry waits for. */
+			if (read && !(entry && ahead > 0))
+				break;
+			ofi_conn_stash_cq(c);
+			read = 1;
+			if (!c->stash_len) {
+				if (!ofi_ring_peek(c, &ahead))
+					break;
+				if (ahead != 0) {
+					ofi_ring_violation(c, "an entry waits for doorbells never sent");
+					break;
+				}
+				continue;
+			}
+		}
+		out[got] = *ofi_stash_pop(c);
+		if (out[got].kind == WIMM_CQE_RECV_SEND_IMM || out[got].kind == WIMM_CQE_RECV_WRITE_IMM)
+			c->cq_bells++;
+		got++;
+	}
+	return got;
+}
+
 static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 {
 	int got = 0;
@@ -275,16 +340,17 @@ static int ofi_conn_emit(struct ofi_conn *c, struct wimm_cqe *out, int n)
 		out[got++] = (struct wimm_cqe){.kind = WIMM_CQE_CONN_UP, .conn = c->core};
 		c->up_pending = 0;
 	}
-	while (got < n && c->stash_len) {
-		out[got++] = c->stash[c->stash_head];
-		c->stash_head = (c->stash_head + 1) % OFI_STASH;
-		c->stash_len--;
+	if (c->ring && !c->ring_broken) {
+		got += ofi_conn_emit_merged(c, out + got, n - got);
+	} else {
+		while (got < n && c->stash_len)
+			out[got++] = *ofi_stash_pop(c);
+		/* Completions taken in post order that did not fit last time. */
+		while (got < n && wimm_send_ring_take(&c->sq, c->core, &out[got]))
+			got++;
+		if (got < n && c->cq)
+			got += ofi_conn_read_cq(c, out + got, n - got);
 	}
-	/* Completions taken in post order that did not fit last time. */
-	while (got < n && wimm_send_ring_take(&c->sq, c->core, &out[got]))
-		got++;
-	if (got < n && c->cq)
-		got += ofi_conn_read_cq(c, out + got, n - got);
 	/* The connection's last word: after whatever completed before it died. */
 	if (got < n && wimm_down_emit(&c->down, &out[got], c->core))
 		got++;
@@ -309,7 +375,8 @@ static int ofi_emit_hot(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 		if (k)
 			c->linger = OFI_LINGER;
 		else if (c->cq_fd >= 0 && !c->stash_len && !wimm_send_ring_ready(&c->sq) &&
-			 c->down.state != WIMM_DOWN_PENDING && !c->up_pending && --c->linger == 0)
+			 c->down.state != WIMM_DOWN_PENDING && !c->up_pending &&
+			 !ofi_ring_pending(c) && --c->linger == 0)
 			ofi_hot_del(c);
 		c = x->hot ? next : NULL;
 	}
@@ -446,7 +513,7 @@ int ofi_arm(void *bctx)
 	for (struct ofi_conn *c = x->hot; c && nf < x->nhot;) {
 		ofi_conn_stash_cq(c);
 		if (c->stash_len || wimm_send_ring_ready(&c->sq) ||
-		    c->down.state == WIMM_DOWN_PENDING || c->up_pending)
+		    c->down.state == WIMM_DOWN_PENDING || c->up_pending || ofi_ring_pending(c))
 			return WIMM_E_AGAIN;
 		if (c->cq_fd >= 0)
 			x->fids[nf++] = &c->cq->fid;

@@ -1,0 +1,64 @@
+/* The doorbell ring of libfabric's tcp provider: its wire format.
+ *
+ * Why it exists: libfabric 1.17's tcp provider raises its CQ's wait object
+ * on every completion it writes (tcpx_report_success), a write(2) on a
+ * socketpair, and reads the byte back at the next progress pass: a remote
+ * write with CQ data costs the receiver two system calls that a plain write
+ * does not. So between two wimm peers on tcp a write-with-imm is one
+ * fi_writemsg of two segments and no CQ data: the payload into the window,
+ * then a 16-byte entry into a ring the receiver registered and offered in
+ * its handshake. tcp places a connection's bytes in order, and the
+ * provider copies a write's segments in order inside the receiver's own
+ * fi_cq_read, so an entry whose last byte (the seal) is there is whole and
+ * its payload landed before it.
+ *
+ * The offer, in the handshake's transport address (24 bytes, big-endian):
+ *
+ *   off size field
+ *     0   4  magic     OFI_RING_MAGIC ("WRG1")
+ *     4   4  entries   ring slots, at least the offer's rx_depth, <= 2^20
+ *     8   8  addr      the ring's address
+ *    16   8  key       its remote key (remote write only)
+ *
+ * A handshake with no transport address offers no ring: doorbells to that
+ * peer go as remote CQ data (fi_writedata), as any libfabric peer sends
+ * them. One entry (little-endian words):
+ *
+ *   off size field
+ *     0   4  imm           the doorbell
+ *     4   4  len           bytes written with it (at most the window's)
+ *     8   4  sends_before  send-with-imms the writer posted before it,
+ *                          mod 2^32: they come through the CQ, and the
+ *                          receiver puts the entry after exactly that many
+ *    12   3  zero
+ *    15   1  seal          1 + ((n / entries) & 1) for the n-th entry
+ *
+ * The writer may write entry n only once the receiver has handed doorbell
+ * n - entries to the application: wimm's credits (one per doorbell, at most
+ * rx_depth outstanding) give that. A peer that ignores them, or writes an
+ * entry the order or the window does not allow, is dropped. */
+#ifndef WIMM_OFI_RING_WIRE_H
+#define WIMM_OFI_RING_WIRE_H
+
+#include <stdint.h>
+
+#define OFI_RING_MAGIC 0x57524731u /* "WRG1" */
+#define OFI_RING_OFFER_LEN 24u
+#define OFI_RING_ENTRY_LEN 16u
+#define OFI_RING_MAX_ENTRIES (1u << 20)
+
+struct ofi_ring_entry {
+	uint32_t imm, len, sends_before; /* little-endian */
+	uint8_t zero[3];
+	uint8_t seal;
+};
+_Static_assert(sizeof(struct ofi_ring_entry) == OFI_RING_ENTRY_LEN, "16-byte ring entries");
+
+/* The seal of the n-th entry written into a ring of `entries` slots: never
+ * 0, so a ring's fresh (zeroed) memory holds no entry. */
+static inline uint8_t ofi_ring_seal(uint64_t n, uint32_t entries)
+{
+	return (uint8_t)(1u + ((n / entries) & 1u));
+}
+
+#endif
