@@ -92,7 +92,7 @@ struct ipc_rxq {
 	uint64_t data_bytes;
 	uint64_t cons;
 	uint64_t published; /* the cons the producer can see (IPC_F_PUBLISH) */
-	pid_t pid; /* > 0: we offered direct payloads, read them from pid */
+	pid_t pid;	    /* > 0: we offered direct payloads, read them from pid */
 };
 
 struct ipc_conn {

@@ -420,8 +420,8 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	 * complete (their bytes are only there then), and so does what cannot
 	 * be injected: an unsignaled operation counts as complete when posted
 	 * (send_ring.h, out of order). */
-	complete = wimm_send_ring_must_signal(
-	    &c->sq, wr->signal || wr->op == WIMM_OP_READ || wire_len > inject);
+	complete = wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ ||
+							  wire_len > inject);
 	if (complete)
 		flags |= FI_COMPLETION;
 	else if (wire_len <= inject)

@@ -172,10 +172,10 @@ struct ofi_conn {
 	struct ofi_ring_entry *ring; /* NULL: we offer none */
 	struct fid_mr *ring_mr;
 	uint32_t ring_entries;
-	uint64_t ring_head;	  /* the next entry to read */
-	uint64_t ring_max_len;	  /* our window's length: no entry claims more */
-	uint32_t cq_bells;	  /* doorbells delivered from the CQ, mod 2^32 */
-	int ring_broken;	  /* the peer broke its rules: read no more */
+	uint64_t ring_head;    /* the next entry to read */
+	uint64_t ring_max_len; /* our window's length: no entry claims more */
+	uint32_t cq_bells;     /* doorbells delivered from the CQ, mod 2^32 */
+	int ring_broken;       /* the peer broke its rules: read no more */
 	/* The peer's, which we write (ring_out NULL: it offered none): */
 	struct ofi_ring_entry *ring_out; /* the entry of each send slot */
 	uint64_t peer_ring_addr, peer_ring_key;

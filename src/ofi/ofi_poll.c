@@ -291,14 +291,16 @@ static int ofi_conn_emit_merged(struct ofi_conn *c, struct wimm_cqe *out, int n)
 
 		if (entry && ahead == 0) {
 			if (!ofi_ring_take(c, &out[got])) {
-				ofi_ring_violation(c, "an entry claims more bytes than the window has");
+				ofi_ring_violation(
+				    c, "an entry claims more bytes than the window has");
 				break;
 			}
 			got++;
 			continue;
 		}
 		if (entry && ahead < 0) {
-			ofi_ring_violation(c, "an entry is placed before doorbells already delivered");
+			ofi_ring_violation(c,
+					   "an entry is placed before doorbells already delivered");
 			break;
 		}
 		if (!c->stash_len) {
@@ -313,18 +315,21 @@ static int ofi_conn_emit_merged(struct ofi_conn *c, struct wimm_cqe *out, int n)
 				break;
 			ofi_conn_stash_cq(c);
 			read = 1;
-			if (!c->stash_len) {
-				if (!ofi_ring_peek(c, &ahead))
-					break;
-				if (ahead != 0) {
-					ofi_ring_violation(c, "an entry waits for doorbells never sent");
-					break;
-				}
+			/* The read's progress may have placed entries that go
+			 * before what it found in the CQ: look at the ring again. */
+			if (c->stash_len)
 				continue;
+			if (!ofi_ring_peek(c, &ahead))
+				break;
+			if (ahead != 0) {
+				ofi_ring_violation(c, "an entry waits for doorbells never sent");
+				break;
 			}
+			continue;
 		}
 		out[got] = *ofi_stash_pop(c);
-		if (out[got].kind == WIMM_CQE_RECV_SEND_IMM || out[got].kind == WIMM_CQE_RECV_WRITE_IMM)
+		if (out[got].kind == WIMM_CQE_RECV_SEND_IMM ||
+		    out[got].kind == WIMM_CQE_RECV_WRITE_IMM)
 			c->cq_bells++;
 		got++;
 	}

@@ -94,13 +94,11 @@ static int raw_kind(const char *uri, const char **why)
 	return kind;
 }
 
-/* Our half of the handshake: no window, a receive window of 64, credits
- * returned into the raw peer's credit word. */
-static int raw_connect(struct hostile_peer *r, const char *uri, const char *addr,
-		       struct wimm_ctx *ctx, struct wimm_listener *l, struct wimm_conn **sconn)
+int raw_connect_hs(struct hostile_peer *r, const char *uri, const char *addr, struct wimm_ctx *ctx,
+		   struct wimm_listener *l, struct wimm_conn **sconn,
+		   const struct wimm_handshake *hs)
 {
 	struct server_pump sp = {ctx, l, sconn};
-	struct wimm_handshake hs = {.rx_depth = 64};
 	char host[256], port[16];
 	const char *colon = strrchr(addr, ':');
 
@@ -117,7 +115,17 @@ static int raw_connect(struct hostile_peer *r, const char *uri, const char *addr
 	}
 	if (raw_peer_open(&r->raw, &a))
 		return -1;
-	return raw_peer_connect(&r->raw, host, port, &hs, server_pump, &sp, CONNECT_TIMEOUT_MS);
+	return raw_peer_connect(&r->raw, host, port, hs, server_pump, &sp, CONNECT_TIMEOUT_MS);
+}
+
+/* Our half of the handshake: no window, a receive window of 64, credits
+ * returned into the raw peer's credit word. */
+static int raw_connect(struct hostile_peer *r, const char *uri, const char *addr,
+		       struct wimm_ctx *ctx, struct wimm_listener *l, struct wimm_conn **sconn)
+{
+	struct wimm_handshake hs = {.rx_depth = 64};
+
+	return raw_connect_hs(r, uri, addr, ctx, l, sconn, &hs);
 }
 
 static int raw_write(struct hostile_peer *r, uint64_t addr, uint64_t key, size_t len, int doorbell,
@@ -170,7 +178,7 @@ void pump_both(struct wimm_ctx *ctx, struct hostile_peer *r, struct seen *s, int
 
 /* A server whose listener exposes [0, HALF) of an 8 KiB region (the second
  * half a canary), and an honest client connected to it. */
-static int arena_open(struct arena *a, const char *uri, uint32_t rx_depth, int alloc)
+int arena_open(struct arena *a, const char *uri, uint32_t rx_depth, int alloc)
 {
 	struct wimm_conn_attr sattr = {.rx_depth = rx_depth, .window_len = HALF};
 
@@ -452,6 +460,8 @@ const struct conf_test conf_tests_hostile[] = {
     {"hostile_outside_window", t_hostile_outside_window, 60},
     {"hostile_old_key", t_hostile_old_key, 60},
     {"hostile_overdraft", t_hostile_overdraft, 60},
+    {"hostile_ring_entries", t_hostile_ring_entries, 120},
+    {"hostile_ring_offer", t_hostile_ring_offer, 60},
     {"hostile_ipc_ring", t_hostile_ipc_ring, 60},
     {"hostile_ipc_direct", t_hostile_ipc_direct, 60},
     {"hostile_ipc_mapped", t_hostile_ipc_mapped, 60},

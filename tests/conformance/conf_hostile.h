@@ -64,6 +64,16 @@ void pump_both(struct wimm_ctx *ctx, struct hostile_peer *r, struct seen *s, int
 int raw_alloc(struct hostile_peer *r, int kind);
 int raw_reply(struct hostile_peer *r, const uint8_t *b, size_t n);
 void raw_close(struct hostile_peer *r);
+/* Connect the raw peer r (opened here for uri's provider) to the listener
+ * at addr with our half of the handshake hs; the server's side of it into
+ * *sconn. 0, or -1 with r->raw.text saying why. */
+int raw_connect_hs(struct hostile_peer *r, const char *uri, const char *addr, struct wimm_ctx *ctx,
+		   struct wimm_listener *l, struct wimm_conn **sconn,
+		   const struct wimm_handshake *hs);
+/* A server whose listener exposes [0, HALF) of a 2 x HALF region (the
+ * second half a canary, 0xCC) with receive window rx_depth, and an honest
+ * client connected to it (alloc: the region is wimm_mr_alloc memory). */
+int arena_open(struct arena *a, const char *uri, uint32_t rx_depth, int alloc);
 /* hostile_open's need_windows: 1, the fabric must enforce windows; with
  * HOSTILE_ALLOC the arena's window is wimm_mr_alloc memory. */
 #define HOSTILE_ALLOC 2
@@ -90,5 +100,9 @@ void t_hostile_ipc_direct(const char *uri);
 void t_hostile_ipc_mapped(const char *uri);
 void t_hostile_ipc_fds(const char *uri);
 void t_ipc_addresses(const char *uri);
+
+/* conf_hostile_ring.c: forged entries in ofi:tcp's doorbell ring. */
+void t_hostile_ring_entries(const char *uri);
+void t_hostile_ring_offer(const char *uri);
 
 #endif
