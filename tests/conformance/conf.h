@@ -117,6 +117,11 @@ struct pair {
 
 /* Open both contexts (records a failure itself and returns < 0). */
 int pair_open(struct pair *p, const char *uri);
+/* pair_open with the environment variable name set to sval while the
+ * server's context opens and to cval while the client's does (NULL: as it
+ * is); the environment is restored after each. */
+int pair_open_env(struct pair *p, const char *uri, const char *name, const char *sval,
+		  const char *cval);
 /* The same with context attributes for each side (NULL: defaults). */
 int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
 		   const struct wimm_ctx_attr *cattr);

@@ -219,14 +219,16 @@ out:
 }
 
 /* A connected pair whose server offers a len-byte window, with a source
- * region of the same size on the client. Returns nonzero (the failure
- * recorded) when any step fails. */
-static int pair_with_window(struct pair *p, const char *uri, struct wimm_conn_attr *sattr,
-			    size_t len, struct region **win, struct region **src)
+ * region of the same size on the client; ring[0] and ring[1]: WIMM_OFI_RING
+ * for the server's and the client's context (NULL: as it is). Returns
+ * nonzero (the failure recorded) when any step fails. */
+static int pair_with_window(struct pair *p, const char *uri, const char *const ring[2],
+			    struct wimm_conn_attr *sattr, size_t len, struct region **win,
+			    struct region **src)
 {
 	struct wimm_conn_attr cattr = {0};
 
-	if (pair_open(p, uri))
+	if (pair_open_env(p, uri, "WIMM_OFI_RING", ring[0], ring[1]))
 		return -1;
 	*win = pair_region(p, p->sctx, len, WIMM_REMOTE_WRITE);
 	*src = pair_region(p, p->cctx, len, WIMM_LOCAL);
@@ -238,13 +240,14 @@ static int pair_with_window(struct pair *p, const char *uri, struct wimm_conn_at
 	return pair_connect(p, sattr, &cattr);
 }
 
+static const char *const ring_as_is[2] = {NULL, NULL};
+
 /* Write-with-imm and send-with-imm in a random mix, each with its data:
  * the receiver gets them in the order they were posted, as the kind they
  * were posted as. (On ofi:tcp the two come by different paths, the ring and
  * the CQ, which the receiver merges.) */
-static void t_mixed_order(const char *uri)
+static void mixed_order_run(const char *uri, const char *const ring[2], uint32_t total)
 {
-	const uint32_t total = conf_quick() ? 1000 : 6000;
 	struct wimm_conn_attr sattr = {.rx_depth = 16, .recv_size = 64};
 	struct region *win, *src;
 	struct wimm_event ev[16];
@@ -254,7 +257,7 @@ static void t_mixed_order(const char *uri)
 	struct pair p;
 
 	kind = calloc(total, 1);
-	if (pair_with_window(&p, uri, &sattr, 16 * 64, &win, &src))
+	if (pair_with_window(&p, uri, ring, &sattr, 16 * 64, &win, &src))
 		goto out;
 	CHECK(kind);
 	int64_t deadline = conf_now_ms() + 60000;
@@ -305,6 +308,23 @@ out:
 	pair_close(&p);
 }
 
+static void t_mixed_order(const char *uri)
+{
+	mixed_order_run(uri, ring_as_is, conf_quick() ? 1000 : 6000);
+}
+
+/* The same between peers of which one or both keep ofi:tcp's doorbells in
+ * remote CQ data (WIMM_OFI_RING=0): a receiver without a ring takes every
+ * doorbell from its CQ, a sender whose peer offered none sends CQ data, and
+ * order holds either way. (Elsewhere the variable changes nothing.) */
+static void t_mixed_order_ring_off(const char *uri)
+{
+	static const char *const combos[][2] = {{"0", "1"}, {"1", "0"}, {"0", "0"}};
+
+	for (size_t i = 0; i < sizeof(combos) / sizeof(combos[0]) && !conf_failed(); i++)
+		mixed_order_run(uri, combos[i], conf_quick() ? 500 : 2000);
+}
+
 /* A log ring: writes of varying size at increasing offsets; the receiver
  * finds each entry where per-connection order says it must be (docs/design.md's
  * "what the receiver does not get": no address in the event). */
@@ -320,7 +340,7 @@ static void t_ring_offsets(const char *uri)
 	uint64_t rng = 7;
 	struct pair p;
 
-	if (pair_with_window(&p, uri, &sattr, ring, &win, &src))
+	if (pair_with_window(&p, uri, ring_as_is, &sattr, ring, &win, &src))
 		goto out;
 	int64_t deadline = conf_now_ms() + 60000;
 
@@ -619,6 +639,7 @@ const struct conf_test conf_tests_data[] = {
     {"zero_length_no_window", t_zero_length_no_window, 0},
     {"ordering", t_ordering, 120},
     {"mixed_order", t_mixed_order, 120},
+    {"mixed_order_ring_off", t_mixed_order_ring_off, 120},
     {"ring_offsets", t_ring_offsets, 120},
     {"send_imm", t_send_imm, 0},
     {"send_imm_errors", t_send_imm_errors, 0},

@@ -249,6 +249,45 @@ int pair_open(struct pair *p, const char *uri)
 	return pair_open_attr(p, uri, NULL, NULL);
 }
 
+/* Sets (value) or leaves (NULL) the environment variable name around one
+ * wimm_ctx_open; old keeps what to restore. */
+static void env_set(const char *name, const char *value, char **old)
+{
+	const char *was = getenv(name);
+
+	*old = was ? strdup(was) : NULL;
+	if (value)
+		setenv(name, value, 1);
+}
+
+static void env_restore(const char *name, char **old)
+{
+	if (*old)
+		setenv(name, *old, 1);
+	else
+		unsetenv(name);
+	free(*old);
+	*old = NULL;
+}
+
+int pair_open_env(struct pair *p, const char *uri, const char *name, const char *sval,
+		  const char *cval)
+{
+	char *old;
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	env_set(name, sval, &old);
+	rc = open_ctx(uri, NULL, &p->sctx);
+	env_restore(name, &old);
+	if (rc)
+		return rc;
+	env_set(name, cval, &old);
+	rc = open_ctx(uri, NULL, &p->cctx);
+	env_restore(name, &old);
+	return rc;
+}
+
 /* A region of len bytes on ctx, registered (allocated: by wimm_mr_alloc). */
 static struct region *region_add(struct pair *p, struct wimm_ctx *ctx, size_t len, unsigned access,
 				 int allocated)
