@@ -172,7 +172,8 @@ struct ofi_conn {
 	struct ofi_ring_entry *ring; /* NULL: we offer none */
 	struct fid_mr *ring_mr;
 	uint32_t ring_entries;
-	uint64_t ring_head;    /* the next entry to read */
+	uint32_t ring_slot;    /* the next entry to read: its slot ... */
+	uint8_t ring_seal;     /* ... and the seal it must carry */
 	uint64_t ring_max_len; /* our window's length: no entry claims more */
 	uint32_t cq_bells;     /* doorbells delivered from the CQ, mod 2^32 */
 	int ring_broken;       /* the peer broke its rules: read no more */
@@ -180,7 +181,8 @@ struct ofi_conn {
 	struct ofi_ring_entry *ring_out; /* the entry of each send slot */
 	uint64_t peer_ring_addr, peer_ring_key;
 	uint32_t peer_ring_entries;
-	uint64_t peer_ring_tail; /* entries written */
+	uint32_t peer_ring_slot; /* where the next entry goes ... */
+	uint8_t peer_ring_seal;	 /* ... and its seal */
 	uint32_t sends_posted;	 /* doorbells posted through its CQ, mod 2^32 */
 };
 

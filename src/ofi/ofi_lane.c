@@ -428,6 +428,8 @@ void ofi_lane_close_all(struct ofi_ctx *x)
 /* Room for n more entries; 0 or WIMM_E_NOMEM. */
 static int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
 {
+	/* A power of two (64, doubled): indexes wrap with a mask, not a
+	 * division per completion. */
 	uint32_t cap = l->ring_cap ? l->ring_cap : 64;
 	struct ofi_rent *r;
 
@@ -439,7 +441,7 @@ static int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
 	if (!r)
 		return WIMM_E_NOMEM;
 	for (uint32_t i = 0; i < l->ring_len; i++)
-		r[i] = l->ring[(l->ring_head + i) % l->ring_cap];
+		r[i] = l->ring[(l->ring_head + i) & (l->ring_cap - 1)];
 	free(l->ring);
 	l->ring = r;
 	l->ring_cap = cap;
@@ -451,7 +453,7 @@ static struct ofi_rent *ofi_ring_slot(struct ofi_lane *l)
 {
 	if (ofi_ring_reserve(l, 1))
 		return NULL;
-	return &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+	return &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
 }
 
 static void ofi_ring_push(struct ofi_lane *l, struct ofi_conn *c, struct ofi_rent *r)
@@ -476,7 +478,7 @@ static struct ofi_conn *ofi_lane_owner(struct ofi_lane *l, struct ofi_ctx *x, ui
 static void ofi_lane_take(struct ofi_lane *l, struct ofi_conn *c, uint32_t keep)
 {
 	while (wimm_send_ring_ready(&c->sq) && !ofi_ring_reserve(l, keep + 1)) {
-		struct ofi_rent *r = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+		struct ofi_rent *r = &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
 
 		if (!wimm_send_ring_take(&c->sq, c->core, &r->e))
 			break;
@@ -539,7 +541,8 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 		for (ssize_t i = 0; i < r; i++) {
 			struct ofi_conn *c =
 			    ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
-			struct ofi_rent *e = &l->ring[(l->ring_head + l->ring_len) % l->ring_cap];
+			struct ofi_rent *e =
+			    &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
 
 			/* A source no connection owns (cut, or not inserted yet): dropped. */
 			if (c && ofi_convert(c, &d[i], &e->e))
@@ -564,7 +567,7 @@ int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, i
 		struct ofi_rent *r = &l->ring[l->ring_head];
 		struct ofi_conn *c = ofi_conn_lookup(x, r->idx, r->gen);
 
-		l->ring_head = (l->ring_head + 1) % l->ring_cap;
+		l->ring_head = (l->ring_head + 1) & (l->ring_cap - 1);
 		l->ring_len--;
 		if (!c)
 			continue; /* deleted meanwhile */

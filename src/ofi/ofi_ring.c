@@ -52,6 +52,8 @@ int ofi_ring_open(struct ofi_conn *c, const struct wimm_bmr *window)
 		return ofi_err(c->ctx, ret, "fi_mr_reg (doorbell ring)");
 	}
 	c->ring_entries = c->rx_depth;
+	c->ring_slot = 0;
+	c->ring_seal = ofi_ring_seal(0, c->ring_entries);
 	c->ring_max_len = window ? window->len : 0;
 	return 0;
 }
@@ -103,6 +105,8 @@ int ofi_ring_take_offer(struct ofi_conn *c, const struct wimm_handshake *peer)
 	if (!c->ring_out)
 		return WIMM_E_NOMEM;
 	c->peer_ring_entries = entries;
+	c->peer_ring_slot = 0;
+	c->peer_ring_seal = ofi_ring_seal(0, entries);
 	c->peer_ring_addr = get_be(peer->addr + 8, 8);
 	c->peer_ring_key = get_be(peer->addr + 16, 8);
 	return 0;
@@ -114,13 +118,12 @@ ssize_t ofi_ring_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_
 	/* The entry lives in the send slot until the write completes: a write
 	 * that is not injected is sent from it later. */
 	struct ofi_ring_entry *ent = &c->ring_out[pos];
-	uint64_t n = c->peer_ring_tail;
 	struct iovec iov[2] = {{.iov_base = wr->local, .iov_len = wr->len},
 			       {.iov_base = ent, .iov_len = OFI_RING_ENTRY_LEN}};
 	void *desc[2] = {wr->lmr ? wr->lmr->desc : NULL, NULL};
 	struct fi_rma_iov rma[2] = {
 	    {.addr = wr->raddr, .len = wr->len, .key = wr->rkey},
-	    {.addr = c->peer_ring_addr + (n % c->peer_ring_entries) * OFI_RING_ENTRY_LEN,
+	    {.addr = c->peer_ring_addr + (uint64_t)c->peer_ring_slot * OFI_RING_ENTRY_LEN,
 	     .len = OFI_RING_ENTRY_LEN,
 	     .key = c->peer_ring_key}};
 	int skip = wr->len ? 0 : 1; /* a pure doorbell is its entry alone */
@@ -138,7 +141,7 @@ ssize_t ofi_ring_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_
 	    .imm = htole32(wr->imm),
 	    .len = htole32((uint32_t)wr->len),
 	    .sends_before = htole32(c->sends_posted),
-	    .seal = ofi_ring_seal(n, c->peer_ring_entries),
+	    .seal = c->peer_ring_seal,
 	};
 	return fi_writemsg(c->ep, &m, flags);
 }
@@ -146,7 +149,7 @@ ssize_t ofi_ring_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_
 void ofi_ring_posted(struct ofi_conn *c, const struct wimm_wr *wr, int ringed)
 {
 	if (ringed)
-		c->peer_ring_tail++;
+		ofi_ring_advance(&c->peer_ring_slot, &c->peer_ring_seal, c->peer_ring_entries);
 	else if (wr->op == WIMM_OP_SEND_IMM || wr->op == WIMM_OP_WRITE_IMM)
 		c->sends_posted++;
 }
@@ -157,11 +160,10 @@ int ofi_ring_peek(const struct ofi_conn *c, int32_t *ahead)
 
 	if (!c->ring || c->ring_broken)
 		return 0;
-	ent = &c->ring[c->ring_head % c->ring_entries];
+	ent = &c->ring[c->ring_slot];
 	/* The provider wrote it in this thread, inside a fi_cq_read: the
 	 * seal, the entry's last byte, says all of it is there. */
-	if (__atomic_load_n(&ent->seal, __ATOMIC_ACQUIRE) !=
-	    ofi_ring_seal(c->ring_head, c->ring_entries))
+	if (__atomic_load_n(&ent->seal, __ATOMIC_ACQUIRE) != c->ring_seal)
 		return 0;
 	*ahead = (int32_t)(le32toh(ent->sends_before) - c->cq_bells);
 	return 1;
@@ -176,12 +178,12 @@ int ofi_ring_pending(const struct ofi_conn *c)
 
 int ofi_ring_take(struct ofi_conn *c, struct wimm_cqe *e)
 {
-	struct ofi_ring_entry ent = c->ring[c->ring_head % c->ring_entries];
+	struct ofi_ring_entry ent = c->ring[c->ring_slot];
 	uint32_t len = le32toh(ent.len);
 
 	if (len > c->ring_max_len)
 		return 0;
-	c->ring_head++;
+	ofi_ring_advance(&c->ring_slot, &c->ring_seal, c->ring_entries);
 	*e = (struct wimm_cqe){
 	    .kind = WIMM_CQE_RECV_WRITE_IMM,
 	    .conn = c->core,
