@@ -10,27 +10,6 @@
 
 #include "ofi/ofi_internal.h"
 
-static void put_be32(uint8_t *p, uint32_t v)
-{
-	for (int i = 3; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static void put_be64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static uint64_t get_be(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
 int ofi_ring_open(struct ofi_conn *c, const struct wimm_bmr *window)
 {
 	size_t bytes = (size_t)c->rx_depth * OFI_RING_ENTRY_LEN;
@@ -74,25 +53,23 @@ int ofi_ring_offer(const struct ofi_conn *c, uint8_t *buf, size_t *len)
 	}
 	if (*len < OFI_RING_OFFER_LEN)
 		return WIMM_E_NOMEM;
-	put_be32(buf, OFI_RING_MAGIC);
-	put_be32(buf + 4, c->ring_entries);
-	put_be64(buf + 8, (uint64_t)(uintptr_t)c->ring);
-	put_be64(buf + 16, fi_mr_key(c->ring_mr));
+	ofi_ring_offer_encode(buf, &(struct ofi_ring_offer){.entries = c->ring_entries,
+							    .addr = (uint64_t)(uintptr_t)c->ring,
+							    .key = fi_mr_key(c->ring_mr)});
 	*len = OFI_RING_OFFER_LEN;
 	return 0;
 }
 
 int ofi_ring_take_offer(struct ofi_conn *c, const struct wimm_handshake *peer)
 {
-	uint32_t entries;
+	struct ofi_ring_offer o;
 
 	if (peer->addr_len == 0)
 		return 0; /* a peer without a ring: doorbells as remote CQ data */
-	entries = (uint32_t)get_be(peer->addr + 4, 4);
 	/* Fewer slots than the credits it grants would let us overwrite an
 	 * entry it has not read. */
-	if (peer->addr_len != OFI_RING_OFFER_LEN || get_be(peer->addr, 4) != OFI_RING_MAGIC ||
-	    entries < peer->rx_depth || entries > OFI_RING_MAX_ENTRIES) {
+	if (ofi_ring_offer_decode(peer->addr, peer->addr_len, &o) || o.entries < peer->rx_depth ||
+	    o.entries > OFI_RING_MAX_ENTRIES) {
 		wimm_ctx_set_provider_error(c->ctx->core, 0,
 					    "the peer's doorbell ring offer is malformed");
 		return WIMM_E_PROTO;
@@ -104,11 +81,11 @@ int ofi_ring_take_offer(struct ofi_conn *c, const struct wimm_handshake *peer)
 	c->ring_out = aligned_alloc(64, (size_t)wimm_send_ring_slots(&c->sq) * OFI_RING_ENTRY_LEN);
 	if (!c->ring_out)
 		return WIMM_E_NOMEM;
-	c->peer_ring_entries = entries;
+	c->peer_ring_entries = o.entries;
 	c->peer_ring_slot = 0;
-	c->peer_ring_seal = ofi_ring_seal(0, entries);
-	c->peer_ring_addr = get_be(peer->addr + 8, 8);
-	c->peer_ring_key = get_be(peer->addr + 16, 8);
+	c->peer_ring_seal = ofi_ring_seal(0, o.entries);
+	c->peer_ring_addr = o.addr;
+	c->peer_ring_key = o.key;
 	return 0;
 }
 

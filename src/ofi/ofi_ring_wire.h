@@ -40,6 +40,7 @@
 #ifndef WIMM_OFI_RING_WIRE_H
 #define WIMM_OFI_RING_WIRE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define OFI_RING_MAGIC 0x57524731u /* "WRG1" */
@@ -53,6 +54,48 @@ struct ofi_ring_entry {
 	uint8_t seal;
 };
 _Static_assert(sizeof(struct ofi_ring_entry) == OFI_RING_ENTRY_LEN, "16-byte ring entries");
+
+/* An offer's fields (the magic aside). */
+struct ofi_ring_offer {
+	uint32_t entries;
+	uint64_t addr, key;
+};
+
+static inline void ofi_ring_put_be(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = n - 1; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static inline uint64_t ofi_ring_get_be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* The offer's OFI_RING_OFFER_LEN bytes. */
+static inline void ofi_ring_offer_encode(uint8_t *buf, const struct ofi_ring_offer *o)
+{
+	ofi_ring_put_be(buf, OFI_RING_MAGIC, 4);
+	ofi_ring_put_be(buf + 4, o->entries, 4);
+	ofi_ring_put_be(buf + 8, o->addr, 8);
+	ofi_ring_put_be(buf + 16, o->key, 8);
+}
+
+/* 0 and *o when buf[0..len) has an offer's length and magic, else -1 (the
+ * slot count is the receiver's to judge against the peer's window). */
+static inline int ofi_ring_offer_decode(const uint8_t *buf, size_t len, struct ofi_ring_offer *o)
+{
+	if (len != OFI_RING_OFFER_LEN || ofi_ring_get_be(buf, 4) != OFI_RING_MAGIC)
+		return -1;
+	o->entries = (uint32_t)ofi_ring_get_be(buf + 4, 4);
+	o->addr = ofi_ring_get_be(buf + 8, 8);
+	o->key = ofi_ring_get_be(buf + 16, 8);
+	return 0;
+}
 
 /* The seal of the n-th entry written into a ring of `entries` slots: never
  * 0, so a ring's fresh (zeroed) memory holds no entry. */

@@ -12,33 +12,8 @@
 #include "conf_hostile.h"
 #include "ofi/ofi_ring_wire.h"
 
-struct ring_offer {
-	uint32_t entries;
-	uint64_t addr, key;
-};
-
-static uint64_t be(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
-/* The server's offer, from its handshake: 0, or -1 when it made none. */
-static int ring_offer_of(const struct wimm_handshake *srv, struct ring_offer *o)
-{
-	if (srv->addr_len != OFI_RING_OFFER_LEN || be(srv->addr, 4) != OFI_RING_MAGIC)
-		return -1;
-	o->entries = (uint32_t)be(srv->addr + 4, 4);
-	o->addr = be(srv->addr + 8, 8);
-	o->key = be(srv->addr + 16, 8);
-	return 0;
-}
-
 /* One entry of our making into slot `slot` of the server's ring. */
-static int ring_write(struct hostile_peer *r, const struct ring_offer *o, uint32_t slot,
+static int ring_write(struct hostile_peer *r, const struct ofi_ring_offer *o, uint32_t slot,
 		      uint32_t imm, uint32_t len, uint32_t sends_before, uint8_t seal)
 {
 	struct ofi_ring_entry e = {
@@ -112,14 +87,15 @@ static void ring_case_run(const char *uri, const struct ring_case *rc)
 	struct arena a;
 	struct hostile_peer r;
 	struct wimm_conn *hc;
-	struct ring_offer o;
+	struct ofi_ring_offer o;
 	uint32_t imm[8] = {0};
 	int kind, n = 0;
 
 	conf_diag("case: %s", rc->name);
 	if (hostile_open(uri, 64, 0, &a, &r, &hc, &kind))
 		goto out;
-	CHECKF(ring_offer_of(&r.raw.srv, &o) == 0, "the server offered no doorbell ring");
+	CHECKF(ofi_ring_offer_decode(r.raw.srv.addr, r.raw.srv.addr_len, &o) == 0,
+	       "the server offered no doorbell ring");
 	CHECK(o.entries >= r.raw.srv.rx_depth);
 	struct seen s = {.conn = hc};
 	if (rc->cq_doorbell) {
@@ -202,10 +178,8 @@ static void bad_offer_run(const char *uri, const struct bad_offer *b)
 
 	conf_diag("offer: %s", b->name);
 	memset(&r, 0, sizeof(r));
-	for (int k = 0; k < 4; k++) {
-		hs.addr[k] = (uint8_t)(b->magic >> (24 - 8 * k));
-		hs.addr[4 + k] = (uint8_t)(b->entries >> (24 - 8 * k));
-	}
+	ofi_ring_offer_encode(hs.addr, &(struct ofi_ring_offer){.entries = b->entries});
+	ofi_ring_put_be(hs.addr, b->magic, 4);
 	CHECK(arena_open(&a, uri, 64, 0) == 0 && raw_alloc(&r, RAW_PEER_OFI_MSG) == 0);
 	int rc = raw_connect_hs(&r, uri, a.addr, a.p.sctx, a.p.l, &hc, &hs);
 	pump(a.p.sctx, a.p.l, &hc, NULL, 0, 300);
