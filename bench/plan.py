@@ -44,10 +44,10 @@ class Settings:
         # scheduler slices of the QEMU threads (docs/performance.md, section
         # 8); 2000 cost the run seconds, not minutes. On the host 20000 in
         # both modes: a process's first few thousand round trips over
-        # libfabric's shm take its queues' page faults (about 4 us each, one
-        # per page on each side), and fi_pingpong has no warm-up to absorb
-        # them, so 2000 averaged the start-up more than the latency
-        # (section 14); 20000 cost a tenth of a second per run.
+        # libfabric's shm take its queues' page faults (4.8 us at the median,
+        # measured), and fi_pingpong has no warm-up to absorb them, so 2000
+        # averaged the start-up more than the latency (section 14); 20000
+        # take at most half a second per run (ofi:tcp write_send 1200 B).
         self.lat_iters = 20000 if full or not guest else 2000
         self.rate_iters = (50000 if full else 10000) // scale
         # Quick: write_imm at the goal sizes and write_send at 1200 B (claim a);

@@ -44,9 +44,10 @@ void pingpong_client(struct endpoint *ep, struct bench_result *res)
 	res->rtt_ns = malloc((size_t)ep->opts->iters * sizeof(res->rtt_ns[0]));
 	if (res->rtt_ns == NULL)
 		cli_die("cannot allocate %u samples: use a smaller -n", ep->opts->iters);
-	/* Touch every page now: a page's first store is a page fault (3 to 5
-	 * us in a VM), which the timed loop would otherwise take once per 512
-	 * samples. Not zero, or the compiler may make this a lazy calloc. */
+	/* Touch every page now: a page's first store is a page fault (3-4 us
+	 * measured in this project's VMs, docs/performance.md section 14),
+	 * which the timed loop would otherwise take once per 512 samples. Not
+	 * zero, or the compiler may make this a lazy calloc. */
 	memset(res->rtt_ns, 0xff, (size_t)ep->opts->iters * sizeof(res->rtt_ns[0]));
 
 	uint64_t start_ns = 0, start = 0, prev = 0;

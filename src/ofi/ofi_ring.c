@@ -32,7 +32,7 @@ int ofi_ring_open(struct ofi_conn *c, const struct wimm_bmr *window)
 	}
 	c->ring_entries = c->rx_depth;
 	c->ring_slot = 0;
-	c->ring_seal = ofi_ring_seal(0, c->ring_entries);
+	c->ring_seal = OFI_RING_FIRST_SEAL;
 	c->ring_max_len = window ? window->len : 0;
 	return 0;
 }
@@ -83,7 +83,7 @@ int ofi_ring_take_offer(struct ofi_conn *c, const struct wimm_handshake *peer)
 		return WIMM_E_NOMEM;
 	c->peer_ring_entries = o.entries;
 	c->peer_ring_slot = 0;
-	c->peer_ring_seal = ofi_ring_seal(0, o.entries);
+	c->peer_ring_seal = OFI_RING_FIRST_SEAL;
 	c->peer_ring_addr = o.addr;
 	c->peer_ring_key = o.key;
 	return 0;

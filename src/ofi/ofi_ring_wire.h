@@ -97,16 +97,13 @@ static inline int ofi_ring_offer_decode(const uint8_t *buf, size_t len, struct o
 	return 0;
 }
 
-/* The seal of the n-th entry written into a ring of `entries` slots: never
+/* The seal of the first lap's entries (1 + ((n / entries) & 1) above): never
  * 0, so a ring's fresh (zeroed) memory holds no entry. */
-static inline uint8_t ofi_ring_seal(uint64_t n, uint32_t entries)
-{
-	return (uint8_t)(1u + ((n / entries) & 1u));
-}
+#define OFI_RING_FIRST_SEAL 1u
 
-/* From entry n's slot and seal to entry n + 1's, without dividing (a
- * division per doorbell costs more than the rest of the ring's work): the
- * seal flips between 1 and 2 when the slot wraps. */
+/* From entry n's slot and seal to entry n + 1's, both sides keeping the two
+ * rather than dividing n by the slot count per doorbell: the seal flips
+ * between 1 and 2 when the slot wraps. */
 static inline void ofi_ring_advance(uint32_t *slot, uint8_t *seal, uint32_t entries)
 {
 	if (++*slot == entries) {

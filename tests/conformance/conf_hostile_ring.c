@@ -105,7 +105,7 @@ static void ring_case_run(const char *uri, const struct ring_case *rc)
 		CHECK_EQ(n, 1);
 	}
 	CHECK(ring_write(&r, &o, 0, 0xE0, rc->len, rc->sends_before,
-			 rc->seal ? rc->seal : ofi_ring_seal(0, o.entries)) == 0);
+			 rc->seal ? rc->seal : OFI_RING_FIRST_SEAL) == 0);
 	pump_imm(&a, &r, &s, imm, &n, 1000);
 	conf_diag("server: %d doorbells (first imm %#x), %s (%s); raw peer: %d of %d writes done",
 		  n, imm[0], s.down ? "dropped" : "kept", wimm_err_name(s.down_status), r.raw.done,
@@ -121,7 +121,7 @@ static void ring_case_run(const char *uri, const struct ring_case *rc)
 		CHECK_RC(s.down_status, WIMM_E_PROTO);
 	if (!rc->dropped && !rc->delivered) {
 		/* Not taken: the right entry in the same slot still is. */
-		CHECK(ring_write(&r, &o, 0, 0xE1, 8, 0, ofi_ring_seal(0, o.entries)) == 0);
+		CHECK(ring_write(&r, &o, 0, 0xE1, 8, 0, OFI_RING_FIRST_SEAL) == 0);
 		pump_imm(&a, &r, &s, imm, &n, 1000);
 		CHECKF(n == 1 && imm[0] == 0xE1, "the valid entry after it: %d doorbells", n);
 	}

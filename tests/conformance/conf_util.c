@@ -233,15 +233,43 @@ static int open_ctx(const char *uri, const struct wimm_ctx_attr *given, struct w
 	return 0;
 }
 
-int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
-		   const struct wimm_ctx_attr *cattr)
+/* Sets (value) or leaves (NULL) the environment variable name (NULL: none)
+ * around one open_ctx, then restores it. */
+static int open_ctx_env(const char *uri, const struct wimm_ctx_attr *attr, const char *name,
+			const char *value, struct wimm_ctx **out)
+{
+	if (!name || !value)
+		return open_ctx(uri, attr, out);
+	const char *was = getenv(name);
+	char *old = was ? strdup(was) : NULL;
+	int rc;
+
+	setenv(name, value, 1);
+	rc = open_ctx(uri, attr, out);
+	if (old)
+		setenv(name, old, 1);
+	else
+		unsetenv(name);
+	free(old);
+	return rc;
+}
+
+static int pair_open_sides(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
+			   const struct wimm_ctx_attr *cattr, const char *name, const char *sval,
+			   const char *cval)
 {
 	memset(p, 0, sizeof(*p));
-	int rc = open_ctx(uri, sattr, &p->sctx);
+	int rc = open_ctx_env(uri, sattr, name, sval, &p->sctx);
 
 	if (rc)
 		return rc;
-	return open_ctx(uri, cattr, &p->cctx);
+	return open_ctx_env(uri, cattr, name, cval, &p->cctx);
+}
+
+int pair_open_attr(struct pair *p, const char *uri, const struct wimm_ctx_attr *sattr,
+		   const struct wimm_ctx_attr *cattr)
+{
+	return pair_open_sides(p, uri, sattr, cattr, NULL, NULL, NULL);
 }
 
 int pair_open(struct pair *p, const char *uri)
@@ -249,43 +277,10 @@ int pair_open(struct pair *p, const char *uri)
 	return pair_open_attr(p, uri, NULL, NULL);
 }
 
-/* Sets (value) or leaves (NULL) the environment variable name around one
- * wimm_ctx_open; old keeps what to restore. */
-static void env_set(const char *name, const char *value, char **old)
-{
-	const char *was = getenv(name);
-
-	*old = was ? strdup(was) : NULL;
-	if (value)
-		setenv(name, value, 1);
-}
-
-static void env_restore(const char *name, char **old)
-{
-	if (*old)
-		setenv(name, *old, 1);
-	else
-		unsetenv(name);
-	free(*old);
-	*old = NULL;
-}
-
 int pair_open_env(struct pair *p, const char *uri, const char *name, const char *sval,
 		  const char *cval)
 {
-	char *old;
-	int rc;
-
-	memset(p, 0, sizeof(*p));
-	env_set(name, sval, &old);
-	rc = open_ctx(uri, NULL, &p->sctx);
-	env_restore(name, &old);
-	if (rc)
-		return rc;
-	env_set(name, cval, &old);
-	rc = open_ctx(uri, NULL, &p->cctx);
-	env_restore(name, &old);
-	return rc;
+	return pair_open_sides(p, uri, NULL, NULL, name, sval, cval);
 }
 
 /* A region of len bytes on ctx, registered (allocated: by wimm_mr_alloc). */
