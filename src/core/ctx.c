@@ -378,25 +378,17 @@ void wimm_ctx_purge_conn(struct wimm_ctx *ctx, struct wimm_conn *c)
 	wimm_event_backlog_purge_conn(&ctx->bl, c);
 }
 
-/* One pass over the backend; completions go straight to `out` while there
- * is room there and nothing is queued before them (the common case, no
- * copy through the backlog), the rest to the backlog. Returns events stored
- * in out, or a negative error. Inlined: an empty poll is a chain of calls,
- * and each one costs (a lot under emulation, as in a TCG guest). now: the
- * coarse clock the caller read already, or 0 (read here, only when there
- * are completions): one clock read per poll, not two. */
-static inline __attribute__((always_inline)) int
-backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now)
+/* The events of n completions: straight to `out` while there is room
+ * there and nothing is queued before them (the common case, no copy
+ * through the backlog), the rest to the backlog. Returns events stored in
+ * out, or a negative error. Out of line: an empty poll does not need it,
+ * and keeps a small frame without it. */
+static __attribute__((noinline)) int deliver_cqes(struct wimm_ctx *ctx, const struct wimm_cqe *cqe,
+						  int n, struct wimm_event *out, int room,
+						  int64_t now)
 {
-	struct wimm_cqe cqe[CQE_BATCH];
 	int stored = 0;
 
-	int n = wimm_event_backlog_reserve(&ctx->bl, CQE_BATCH);
-	if (n)
-		return n;
-	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
-	if (n <= 0)
-		return n;
 	if (!now)
 		now = wimm_coarse_ns();
 	for (int i = 0; i < n; i++) {
@@ -413,6 +405,25 @@ backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now
 			return stored ? stored : WIMM_E_NOMEM;
 	}
 	return stored;
+}
+
+/* One pass over the backend: its completions' events into out[0..room),
+ * the rest to the backlog (deliver_cqes). Inlined: an empty poll is a
+ * chain of calls, and each one costs (a lot under emulation, as in a TCG
+ * guest). now: the coarse clock the caller read already, or 0 (read only
+ * when there are completions): one clock read per poll, not two. */
+static inline __attribute__((always_inline)) int
+backend_pass(struct wimm_ctx *ctx, struct wimm_event *out, int room, int64_t now)
+{
+	struct wimm_cqe cqe[CQE_BATCH];
+
+	int n = wimm_event_backlog_reserve(&ctx->bl, CQE_BATCH);
+	if (n)
+		return n;
+	n = ctx->ops->poll(ctx->bctx, cqe, CQE_BATCH);
+	if (n <= 0)
+		return n;
+	return deliver_cqes(ctx, cqe, n, out, room, now);
 }
 
 int wimm_ctx_progress_into_backlog(struct wimm_ctx *ctx)

@@ -344,9 +344,7 @@ static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint3
 	struct fi_rma_iov rma = {.addr = wr->raddr, .len = wr->len, .key = wr->rkey};
 	/* Length rides in the upper half where the provider carries 8 bytes of
 	 * CQ data, so the receiver never depends on the reported length (E3). */
-	uint64_t data = c->ctx->info->domain_attr->cq_data_size >= 8
-			    ? ((uint64_t)wr->len << 32) | wr->imm
-			    : wr->imm;
+	uint64_t data = c->ctx->data_wide ? ((uint64_t)wr->len << 32) | wr->imm : wr->imm;
 
 	/* A pure doorbell touches no window: aim it at the peer's null window,
 	 * which every key check accepts (a read-only or absent window would
@@ -405,7 +403,7 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	/* Through the peer's ring: the entry rides with the payload. */
 	int ringed = wr->op == WIMM_OP_WRITE_IMM && c->ring_out;
 	size_t wire_len = wr->len + (ringed ? OFI_RING_ENTRY_LEN : 0);
-	size_t inject = c->ctx->info->tx_attr->inject_size;
+	size_t inject = c->ctx->inject_size;
 	ssize_t ret;
 
 	if (!c->enabled || c->down.state != WIMM_DOWN_ALIVE)

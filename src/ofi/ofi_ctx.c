@@ -234,6 +234,8 @@ static int ofi_ctx_open(struct wimm_ctx *ctx, const char *spec, uint32_t cq_budg
 	if (ret)
 		goto err_free;
 	x->msg = x->info->ep_attr->type == FI_EP_MSG;
+	x->data_wide = x->info->domain_attr->cq_data_size >= 8;
+	x->inject_size = x->info->tx_attr->inject_size;
 	x->prov_key = !!(x->info->domain_attr->mr_mode & FI_MR_PROV_KEY);
 	x->ring = ofi_ring_usable(x->info);
 	/* Remote addresses are always virtual addresses: the core sends the

@@ -89,9 +89,13 @@ struct ofi_ctx {
 	struct fid_domain *domain;
 	struct fid_mr *null_mr; /* key 0: target of window-less doorbells */
 	uint64_t null_word;
-	int msg;	/* FI_EP_MSG (provider CM) vs FI_EP_RDM (TCP OOB) */
-	int prov_key;	/* provider picks MR keys */
-	int cq_wait_fd; /* CQs support FI_WAIT_FD */
+	int msg; /* FI_EP_MSG (provider CM) vs FI_EP_RDM (TCP OOB) */
+	/* From info, read on every post and completion: kept here, one load
+	 * away instead of three. */
+	int data_wide;	    /* CQ data of 8 bytes: the length rides in it */
+	size_t inject_size; /* tx_attr->inject_size */
+	int prov_key;	    /* provider picks MR keys */
+	int cq_wait_fd;	    /* CQs support FI_WAIT_FD */
 	uint32_t cq_budget;
 	char fabric_name[64];
 	int epfd;	   /* the wait fd, and the readiness set poll() scans */
@@ -265,9 +269,10 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req);
 void ofi_lane_leave(struct ofi_conn *c);
 int ofi_lane_insert(struct ofi_conn *c, const uint8_t *name, size_t len);
 void ofi_lane_close_all(struct ofi_ctx *x);
-/* Read up to max completions (0: all) into the ring; 1 if any is there. */
-int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max);
-int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, int n);
+/* Reads the lane's CQ into its ring: 1 if the ring holds entries. */
+int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x);
+/* The lanes' completions into out[0..n), round robin from the last one. */
+int ofi_lane_poll(struct ofi_ctx *x, struct wimm_cqe *out, int n);
 void ofi_lane_push_down(struct ofi_conn *c);
 void ofi_lane_push_up(struct ofi_conn *c);
 /* Stop the peer's traffic reaching the connection (shutdown, leave). */

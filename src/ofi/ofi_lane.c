@@ -240,7 +240,7 @@ int ofi_lane_join(struct ofi_conn *c, const struct ofi_req *req)
 	 * when our lanes knew each other): that must not be drained with the
 	 * old, and is ours once we insert it (ofi_lane_entry). */
 	if (!req && l->ndraining)
-		ofi_lane_fill(l, x, 0);
+		ofi_lane_fill(l, x);
 	l->members++;
 	l->unnamed++;
 	l->cq_reserved += need;
@@ -288,7 +288,7 @@ void ofi_lane_cut(struct ofi_conn *c)
 static int ofi_lane_awaits_answer(const struct ofi_conn *c)
 {
 	const struct wimm_send_ring *r = &c->sq;
-	size_t inject = c->ctx->info->tx_attr->inject_size;
+	size_t inject = c->ctx->inject_size;
 
 	for (uint64_t pos = wimm_send_ring_tail(r); pos < wimm_send_ring_head(r); pos++) {
 		const struct wimm_send_slot *s = wimm_send_ring_slot(r, pos);
@@ -352,7 +352,7 @@ static int ofi_lane_entry(struct ofi_conn *c, const uint8_t *name, size_t len, f
 		/* Passive: the peer sends nothing before our answer, which
 		 * follows this insert; what the CQ holds of it is the old one's. */
 		if (l->draining[known] && !c->active)
-			ofi_lane_fill(l, c->ctx, 0);
+			ofi_lane_fill(l, c->ctx);
 		if (l->draining[known] && !c->active) {
 			wimm_ctx_set_provider_error(c->ctx->core, -FI_EAGAIN,
 						    "shm: the completions of this peer's previous "
@@ -425,16 +425,14 @@ void ofi_lane_close_all(struct ofi_ctx *x)
 
 /* ------------------------------------------------------------ the ring */
 
-/* Room for n more entries; 0 or WIMM_E_NOMEM. */
-static int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
+/* The slow half of ofi_ring_reserve: grows the ring (a power of two, from
+ * 64, so indexes wrap with a mask, not a division per completion) to room
+ * for n more entries; 0 or WIMM_E_NOMEM, and then nothing changed. */
+static int ofi_ring_grow(struct ofi_lane *l, uint32_t n)
 {
-	/* A power of two (64, doubled): indexes wrap with a mask, not a
-	 * division per completion. */
 	uint32_t cap = l->ring_cap ? l->ring_cap : 64;
 	struct ofi_rent *r;
 
-	if (l->ring_cap - l->ring_len >= n)
-		return 0;
 	while (cap - l->ring_len < n)
 		cap *= 2;
 	r = malloc((size_t)cap * sizeof(*r));
@@ -449,11 +447,23 @@ static int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
 	return 0;
 }
 
+/* Room for n more entries; 0 or WIMM_E_NOMEM. Inline: every CQ read asks. */
+static inline int ofi_ring_reserve(struct ofi_lane *l, uint32_t n)
+{
+	return l->ring_cap - l->ring_len >= n ? 0 : ofi_ring_grow(l, n);
+}
+
+/* The slot after the last entry: where the next one goes (room reserved). */
+static struct ofi_rent *ofi_ring_tail(struct ofi_lane *l)
+{
+	return &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
+}
+
 static struct ofi_rent *ofi_ring_slot(struct ofi_lane *l)
 {
 	if (ofi_ring_reserve(l, 1))
 		return NULL;
-	return &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
+	return ofi_ring_tail(l);
 }
 
 static void ofi_ring_push(struct ofi_lane *l, struct ofi_conn *c, struct ofi_rent *r)
@@ -461,6 +471,44 @@ static void ofi_ring_push(struct ofi_lane *l, struct ofi_conn *c, struct ofi_ren
 	r->idx = c->idx;
 	r->gen = c->gen;
 	l->ring_len++;
+}
+
+/* Where a lane's completions go: straight into the poller's array while it
+ * has room and nothing waits in the ring before them (the common case: no
+ * stop in the ring, no copy out of it), else into the ring. A fill outside
+ * a poll has no sink. */
+struct ofi_sink {
+	struct wimm_cqe *out;
+	int n, got;
+};
+
+/* What the core must know of an entry before it is handed over. */
+static void ofi_lane_handover(struct ofi_conn *c, const struct wimm_cqe *e)
+{
+	if (e->kind == WIMM_CQE_CONN_DOWN)
+		c->down.state = WIMM_DOWN_REPORTED;
+	else if (e->kind == WIMM_CQE_RECV_SEND_IMM)
+		wimm_recv_slots_deliver(&c->rx);
+}
+
+/* The place for the next entry; the ring has room for one (reserved). */
+static struct wimm_cqe *ofi_lane_place(struct ofi_lane *l, struct ofi_sink *s)
+{
+	if (s && s->got < s->n && !l->ring_len)
+		return &s->out[s->got];
+	return &ofi_ring_tail(l)->e;
+}
+
+/* The entry ofi_lane_place gave out is c's and is kept. */
+static void ofi_lane_keep(struct ofi_lane *l, struct ofi_sink *s, struct ofi_conn *c,
+			  struct wimm_cqe *e)
+{
+	if (s && s->got < s->n && e == &s->out[s->got]) {
+		ofi_lane_handover(c, e);
+		s->got++;
+		return;
+	}
+	ofi_ring_push(l, c, ofi_ring_tail(l)); /* e is its entry */
 }
 
 /* Which connection an entry belongs to: the cookie of our own operation,
@@ -475,31 +523,34 @@ static struct ofi_conn *ofi_lane_owner(struct ofi_lane *l, struct ofi_ctx *x, ui
 
 /* Completions of c that one just let go, in post order (see ofi_convert),
  * with room kept for `keep` more entries. */
-static void ofi_lane_take(struct ofi_lane *l, struct ofi_conn *c, uint32_t keep)
+static void ofi_lane_take(struct ofi_lane *l, struct ofi_sink *s, struct ofi_conn *c, uint32_t keep)
 {
 	while (wimm_send_ring_ready(&c->sq) && !ofi_ring_reserve(l, keep + 1)) {
-		struct ofi_rent *r = &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
+		struct wimm_cqe *e = ofi_lane_place(l, s);
 
-		if (!wimm_send_ring_take(&c->sq, c->core, &r->e))
+		if (!wimm_send_ring_take(&c->sq, c->core, e))
 			break;
-		ofi_ring_push(l, c, r);
+		ofi_lane_keep(l, s, c, e);
 	}
 }
 
-static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_ctx *x)
+static void ofi_lane_readerr(struct ofi_lane *l, struct ofi_sink *s, struct ofi_ctx *x)
 {
 	struct fi_cq_err_entry err = {0};
 	struct ofi_conn *c;
-	struct ofi_rent *r;
+	struct wimm_cqe *e;
 
 	if (fi_cq_readerr(l->cq, &err, 0) < 0)
 		return;
 	c = ofi_cookie_conn(x, err.op_context);
-	if (!c || !(r = ofi_ring_slot(l)))
+	if (!c || ofi_ring_reserve(l, 1))
 		return;
-	if (ofi_convert_err(c, &err, l->cq, &r->e))
-		ofi_ring_push(l, c, r);
-	ofi_lane_take(l, c, 0);
+	/* A failed receive takes c down, which queues its CONN_DOWN in the
+	 * ring, and then keeps nothing here. */
+	e = ofi_lane_place(l, s);
+	if (ofi_convert_err(c, &err, l->cq, e))
+		ofi_lane_keep(l, s, c, e);
+	ofi_lane_take(l, s, c, 0);
 }
 
 /* The CQ holds nothing of the cut connections any more. */
@@ -511,11 +562,38 @@ static void ofi_lane_drained(struct ofi_lane *l)
 	l->ndraining = 0;
 }
 
-int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
+/* The r entries of one CQ read: to their connections' places in s or the
+ * ring (reserved for r + 1 already). Out of line: an empty poll, which
+ * finds none, keeps a small frame without it. */
+static __attribute__((noinline)) void ofi_lane_sort(struct ofi_lane *l, struct ofi_ctx *x,
+						    struct ofi_sink *s,
+						    const struct fi_cq_data_entry *d,
+						    const fi_addr_t *src, ssize_t r)
+{
+	for (ssize_t i = 0; i < r; i++) {
+		struct ofi_conn *c = ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
+		struct wimm_cqe *e;
+
+		/* A source no connection owns (cut, or not inserted yet): dropped. */
+		if (!c)
+			continue;
+		e = ofi_lane_place(l, s);
+		if (ofi_convert(c, &d[i], e))
+			ofi_lane_keep(l, s, c, e);
+		ofi_lane_take(l, s, c, (uint32_t)(r - i));
+	}
+}
+
+/* Reads l's CQ: everything (no sink), or as many entries as s has room
+ * for. Whatever does not fit s (a completion may let go several) goes to
+ * the ring. 1 if the ring holds entries afterwards. Inlined into the poll:
+ * an empty poll is mostly this call's frame. */
+static inline __attribute__((always_inline)) int
+ofi_lane_read(struct ofi_lane *l, struct ofi_ctx *x, struct ofi_sink *s)
 {
 	struct fi_cq_data_entry d[16];
 	fi_addr_t src[16];
-	uint32_t read = 0;
+	uint32_t max = s ? (uint32_t)(s->n - s->got) : 0, read = 0;
 
 	while (!max || read < max) {
 		size_t want = !max || max - read > 16 ? 16 : max - read;
@@ -530,7 +608,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			break;
 		}
 		if (r == -FI_EAVAIL) {
-			ofi_lane_readerr(l, x);
+			ofi_lane_readerr(l, s, x);
 			read++;
 			continue;
 		}
@@ -538,18 +616,7 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 			ofi_err(x, (int)r, "fi_cq_readfrom");
 			break;
 		}
-		for (ssize_t i = 0; i < r; i++) {
-			struct ofi_conn *c =
-			    ofi_lane_owner(l, x, d[i].flags, d[i].op_context, src[i]);
-			struct ofi_rent *e =
-			    &l->ring[(l->ring_head + l->ring_len) & (l->ring_cap - 1)];
-
-			/* A source no connection owns (cut, or not inserted yet): dropped. */
-			if (c && ofi_convert(c, &d[i], &e->e))
-				ofi_ring_push(l, c, e);
-			if (c)
-				ofi_lane_take(l, c, (uint32_t)(r - i));
-		}
+		ofi_lane_sort(l, x, s, d, src, r);
 		read += (uint32_t)r;
 		if ((size_t)r < want) {
 			ofi_lane_drained(l);
@@ -559,7 +626,13 @@ int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x, uint32_t max)
 	return l->ring_len > 0;
 }
 
-int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, int n)
+int ofi_lane_fill(struct ofi_lane *l, struct ofi_ctx *x)
+{
+	return ofi_lane_read(l, x, NULL);
+}
+
+/* The ring's entries into out[0..n), oldest first. */
+static int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, int n)
 {
 	int got = 0;
 
@@ -571,14 +644,29 @@ int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe *out, i
 		l->ring_len--;
 		if (!c)
 			continue; /* deleted meanwhile */
-		if (r->e.kind == WIMM_CQE_CONN_DOWN) {
-			c->down.state = WIMM_DOWN_REPORTED;
-		} else if (r->e.kind == WIMM_CQE_RECV_SEND_IMM) {
-			wimm_recv_slots_deliver(&c->rx);
-		}
+		ofi_lane_handover(c, &r->e);
 		out[got++] = r->e;
 	}
 	return got;
+}
+
+int ofi_lane_poll(struct ofi_ctx *x, struct wimm_cqe *out, int n)
+{
+	struct ofi_lane *start = x->lane_rr ? x->lane_rr : x->lanes;
+	struct ofi_lane *l = start;
+	struct ofi_sink s = {.out = out, .n = n, .got = 0};
+
+	if (!l)
+		return 0;
+	do {
+		if (l->ring_len)
+			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
+		if (s.got < n && ofi_lane_read(l, x, &s) && s.got < n)
+			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
+		l = l->next ? l->next : x->lanes;
+	} while (s.got < n && l != start);
+	x->lane_rr = l;
+	return s.got;
 }
 
 /* Up before anything that arrives on it (conn_ready, before any progress). */
@@ -600,7 +688,7 @@ void ofi_lane_push_down(struct ofi_conn *c)
 	struct ofi_lane *l = c->lane;
 	struct ofi_rent *r;
 
-	ofi_lane_fill(l, c->ctx, 0);
+	ofi_lane_fill(l, c->ctx);
 	r = ofi_ring_slot(l);
 	if (!r)
 		return; /* stays pending; arm/poll report nothing more */

@@ -86,7 +86,7 @@ static int ofi_is_slot(struct ofi_conn *c, const void *k)
 
 int ofi_convert(struct ofi_conn *c, const struct fi_cq_data_entry *d, struct wimm_cqe *e)
 {
-	int wide = c->ctx->info->domain_attr->cq_data_size >= 8;
+	int wide = c->ctx->data_wide;
 
 	memset(e, 0, sizeof(*e));
 	e->conn = c->core;
@@ -190,7 +190,7 @@ static int ofi_conn_read_cq(struct ofi_conn *c, struct wimm_cqe *out, int n)
 void ofi_conn_stash_cq(struct ofi_conn *c)
 {
 	if (c->lane) {
-		ofi_lane_fill(c->lane, c->ctx, 0);
+		ofi_lane_fill(c->lane, c->ctx);
 		return;
 	}
 	while (c->stash_len < OFI_STASH) {
@@ -429,24 +429,6 @@ static void ofi_scan(struct ofi_ctx *x)
 	}
 }
 
-static int ofi_poll_lanes(struct ofi_ctx *x, struct wimm_cqe *out, int n)
-{
-	struct ofi_lane *start = x->lane_rr ? x->lane_rr : x->lanes;
-	struct ofi_lane *l = start;
-	int got = 0;
-
-	if (!l)
-		return 0;
-	do {
-		got += ofi_lane_emit(l, x, out + got, n - got);
-		if (got < n && ofi_lane_fill(l, x, (uint32_t)(n - got)))
-			got += ofi_lane_emit(l, x, out + got, n - got);
-		l = l->next ? l->next : x->lanes;
-	} while (got < n && l != start);
-	x->lane_rr = l;
-	return got;
-}
-
 int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 {
 	struct ofi_ctx *x = bctx;
@@ -470,14 +452,14 @@ int ofi_poll(void *bctx, struct wimm_cqe *out, int n)
 	}
 	if (x->nkick)
 		ofi_kick_pending(x);
-	got = ofi_poll_lanes(x, out, n);
+	got = ofi_lane_poll(x, out, n);
 	/* The liveness sockets at most every 1 ms, busy or not; the clock
 	 * itself only every 64th poll (even the coarse clock costs a few
 	 * percent of a 0.3 us shm round trip). */
 	if (++x->polls % 64 == 0 && wimm_ctl_due(&x->ctl)) {
 		ofi_scan(x);
 		if (got < n)
-			got += ofi_poll_lanes(x, out + got, n - got);
+			got += ofi_lane_poll(x, out + got, n - got);
 	}
 	return got;
 }
@@ -506,7 +488,7 @@ int ofi_arm(void *bctx)
 	ofi_scan(x);
 	if (!x->msg) {
 		for (struct ofi_lane *l = x->lanes; l; l = l->next)
-			if (ofi_lane_fill(l, x, 0))
+			if (ofi_lane_fill(l, x))
 				return WIMM_E_AGAIN;
 		ofi_reset_timer(x);
 		return 0;

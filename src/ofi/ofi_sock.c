@@ -100,7 +100,7 @@ static void ofi_sock_idle(void *arg)
 	if (x->nkick)
 		ofi_kick_pending(x);
 	for (struct ofi_lane *ln = x->lanes; ln; ln = ln->next)
-		ofi_lane_fill(ln, x, 0);
+		ofi_lane_fill(ln, x);
 }
 
 int ofi_sock_request(struct ofi_lis *l, int timeout_ms, struct ofi_req *req, uint8_t *hs,
