@@ -183,7 +183,10 @@ static void count_out(struct wimm_conn *c, size_t len, int doorbell)
 	c->st.doorbells_out += doorbell ? 1u : 0u;
 }
 
-static int post(struct wimm_conn *c, struct wimm_wr *wr, int doorbell, unsigned flags)
+/* Inlined into each operation: the operation and whether it rings are
+ * then constants, and a write-with-imm makes one call into the backend. */
+static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struct wimm_wr *wr,
+						      int doorbell, unsigned flags)
 {
 	struct backoff b = {0, 0};
 	int (*post_fn)(void *, const struct wimm_wr *) =
@@ -264,8 +267,10 @@ static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off,
 	return ret;
 }
 
-static int write_common(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
-			size_t dst_off, size_t len, uint32_t imm, unsigned flags)
+static inline __attribute__((always_inline)) int write_common(struct wimm_conn *c, enum wimm_op op,
+							      struct wimm_mr *src, size_t src_off,
+							      size_t dst_off, size_t len,
+							      uint32_t imm, unsigned flags)
 {
 	int ret = check_start(c, src, src_off, len, flags);
 	if (ret)

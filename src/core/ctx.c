@@ -450,7 +450,7 @@ static void account_delivered(struct wimm_ctx *ctx, struct wimm_event *ev, int n
 
 /* Only the queued connections are visited, so an idle poll costs nothing
  * however many connections the context has. */
-static int release_slots(struct wimm_ctx *ctx)
+static int release_queued(struct wimm_ctx *ctx)
 {
 	uint32_t i = 0;
 
@@ -465,6 +465,12 @@ static int release_slots(struct wimm_ctx *ctx)
 			ctx->rel[i] = ctx->rel[--ctx->rel_n];
 	}
 	return 0;
+}
+
+/* Inline: most polls find none queued. */
+static inline int release_slots(struct wimm_ctx *ctx)
+{
+	return ctx->rel_n ? release_queued(ctx) : 0;
 }
 
 void wimm_ctx_keepalive(struct wimm_ctx *ctx)

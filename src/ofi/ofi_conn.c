@@ -336,8 +336,9 @@ void ofi_conn_delete(void *bconn)
 	ofi_conn_free(c);
 }
 
-static ssize_t ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos,
-			     uint64_t flags)
+/* Inlined into ofi_post, which calls it from one place. */
+static inline __attribute__((always_inline)) ssize_t
+ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos, uint64_t flags)
 {
 	struct iovec iov = {.iov_base = wr->local, .iov_len = wr->len};
 	void *desc = wr->lmr ? wr->lmr->desc : NULL;
@@ -430,13 +431,15 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		flags |= FI_DELIVERY_COMPLETE;
 
 	pos = wimm_send_ring_index(&c->sq, wimm_send_ring_head(&c->sq));
-	ret = ofi_post_once(c, wr, pos, flags);
-	if (ret == -FI_EAGAIN) {
-		ofi_conn_stash_cq(c);
+	/* A full provider queue may only need its completions read: once. */
+	for (int tries = 0;; tries++) {
 		ret = ofi_post_once(c, wr, pos, flags);
+		if (ret != -FI_EAGAIN)
+			break;
+		if (tries)
+			return WIMM_E_AGAIN;
+		ofi_conn_stash_cq(c);
 	}
-	if (ret == -FI_EAGAIN)
-		return WIMM_E_AGAIN;
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
 	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);

@@ -593,10 +593,10 @@ ofi_lane_read(struct ofi_lane *l, struct ofi_ctx *x, struct ofi_sink *s)
 {
 	struct fi_cq_data_entry d[16];
 	fi_addr_t src[16];
-	uint32_t max = s ? (uint32_t)(s->n - s->got) : 0, read = 0;
+	uint32_t max = s ? (uint32_t)(s->n - s->got) : UINT32_MAX, read = 0;
 
-	while (!max || read < max) {
-		size_t want = !max || max - read > 16 ? 16 : max - read;
+	while (read < max) {
+		size_t want = max - read > 16 ? 16 : max - read;
 		ssize_t r;
 
 		/* Room first: what is read must not be dropped. */
@@ -656,8 +656,15 @@ int ofi_lane_poll(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 	struct ofi_lane *l = start;
 	struct ofi_sink s = {.out = out, .n = n, .got = 0};
 
-	if (!l)
+	if (!l || n <= 0)
 		return 0;
+	/* One lane (up to 256 peers) with nothing queued: its CQ, read once.
+	 * (The only lane, not merely the last one: start may be any.) */
+	if (l == x->lanes && !l->next && !l->ring_len) {
+		if (ofi_lane_read(l, x, &s) && s.got < n)
+			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
+		return s.got;
+	}
 	do {
 		if (l->ring_len)
 			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
