@@ -650,6 +650,16 @@ static int ofi_lane_emit(struct ofi_lane *l, struct ofi_ctx *x, struct wimm_cqe 
 	return got;
 }
 
+/* One lane's turn in a poll: what its ring holds, then its CQ. */
+static inline __attribute__((always_inline)) void
+ofi_lane_serve(struct ofi_lane *l, struct ofi_ctx *x, struct ofi_sink *s)
+{
+	if (l->ring_len)
+		s->got += ofi_lane_emit(l, x, s->out + s->got, s->n - s->got);
+	if (s->got < s->n && ofi_lane_read(l, x, s) && s->got < s->n)
+		s->got += ofi_lane_emit(l, x, s->out + s->got, s->n - s->got);
+}
+
 int ofi_lane_poll(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 {
 	struct ofi_lane *start = x->lane_rr ? x->lane_rr : x->lanes;
@@ -658,18 +668,14 @@ int ofi_lane_poll(struct ofi_ctx *x, struct wimm_cqe *out, int n)
 
 	if (!l || n <= 0)
 		return 0;
-	/* One lane (up to 256 peers) with nothing queued: its CQ, read once.
-	 * (The only lane, not merely the last one: start may be any.) */
-	if (l == x->lanes && !l->next && !l->ring_len) {
-		if (ofi_lane_read(l, x, &s) && s.got < n)
-			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
+	/* The context's only lane (up to 256 peers): no round robin to keep.
+	 * (The only one, not merely the last: start may be any lane.) */
+	if (l == x->lanes && !l->next) {
+		ofi_lane_serve(l, x, &s);
 		return s.got;
 	}
 	do {
-		if (l->ring_len)
-			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
-		if (s.got < n && ofi_lane_read(l, x, &s) && s.got < n)
-			s.got += ofi_lane_emit(l, x, out + s.got, n - s.got);
+		ofi_lane_serve(l, x, &s);
 		l = l->next ? l->next : x->lanes;
 	} while (s.got < n && l != start);
 	x->lane_rr = l;
