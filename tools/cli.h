@@ -163,9 +163,42 @@ void ep_close(struct endpoint *ep);
 /* The next completion event of the connection (WRITE_IMM, SEND_IMM or
  * SEND_DONE); errors and disconnects end the process. */
 void ep_next_event(struct endpoint *ep, struct wimm_event *out);
-/* Post one operation, retrying while the fabric says WIMM_E_AGAIN. */
-void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
-	     uint32_t imm, unsigned flags);
+/* One try at posting an operation from the source (write_atomic's add:
+ * into the result word): the library's return code. */
+static inline int ep_post_once(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off,
+			       size_t len, uint32_t imm, unsigned flags)
+{
+	switch (op) {
+	case WIMM_OP_WRITE_IMM:
+		return wimm_write_imm(ep->conn, ep->source_mr, src_off, dst_off, len, imm, flags);
+	case WIMM_OP_WRITE:
+		return wimm_write(ep->conn, ep->source_mr, src_off, dst_off, len, flags);
+	case WIMM_OP_SEND_IMM:
+		return wimm_send_imm(ep->conn, ep->source_mr, src_off, len, imm, flags);
+	case WIMM_OP_FETCH_ADD:
+		/* write_atomic's signal: add 1 to the peer's signal word. */
+		return wimm_fetch_add(ep->conn, ep->result_mr, 0, dst_off, 1, flags);
+	case WIMM_OP_READ:
+	case WIMM_OP_CMP_SWAP:
+		break;
+	}
+	return WIMM_E_INVAL;
+}
+/* After a first try that returned rc: retry while the fabric says
+ * WIMM_E_AGAIN, driving progress; any other error ends the process. */
+void ep_post_retry(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
+		   uint32_t imm, unsigned flags, int rc);
+/* Post one operation, retrying while the fabric says WIMM_E_AGAIN. Inline:
+ * a rate run posts millions, and the retry's frame (its clock and failure
+ * paths) cost every message 43 instructions when it was the only way in
+ * (docs/performance.md, section 16). */
+static inline void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off,
+			   size_t len, uint32_t imm, unsigned flags)
+{
+	int rc = ep_post_once(ep, op, src_off, dst_off, len, imm, flags);
+	if (__builtin_expect(rc != 0, 0))
+		ep_post_retry(ep, op, src_off, dst_off, len, imm, flags, rc);
+}
 /* Spin until window[off] == want, driving progress. */
 void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want);
 /* Spin until the 64-bit word at window[off] == want (a larger value ends
@@ -190,9 +223,11 @@ void msg_receive_ack(struct endpoint *ep, uint32_t imm);
  * can overtake a message still on its way. */
 void msg_finish_client(struct endpoint *ep);
 void msg_finish_server(struct endpoint *ep);
-/* write_poll in rate mode: the round's messages share one flag value and
- * the last one carries a flag of its own, the one the receiver waits for. */
-void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round);
+/* write_poll in rate mode: the round's messages share one flag value
+ * (bulk: n of them) and the last one carries a flag of its own, the one
+ * the receiver waits for. */
+void msg_send_poll_bulk(struct endpoint *ep, uint32_t n);
+void msg_send_poll_last(struct endpoint *ep, uint32_t round);
 void msg_receive_poll_round(struct endpoint *ep, uint32_t round);
 /* write_atomic in rate mode: the receiver waits for the signal word to
  * count every message up to `upto`. */

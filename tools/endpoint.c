@@ -608,33 +608,12 @@ int ep_last_event(struct endpoint *ep, struct wimm_event *out)
 	return 1;
 }
 
-static int post_once(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off,
-		     size_t len, uint32_t imm, unsigned flags)
-{
-	switch (op) {
-	case WIMM_OP_WRITE_IMM:
-		return wimm_write_imm(ep->conn, ep->source_mr, src_off, dst_off, len, imm, flags);
-	case WIMM_OP_WRITE:
-		return wimm_write(ep->conn, ep->source_mr, src_off, dst_off, len, flags);
-	case WIMM_OP_SEND_IMM:
-		return wimm_send_imm(ep->conn, ep->source_mr, src_off, len, imm, flags);
-	case WIMM_OP_FETCH_ADD:
-		/* write_atomic's signal: add 1 to the peer's signal word. */
-		return wimm_fetch_add(ep->conn, ep->result_mr, 0, dst_off, 1, flags);
-	case WIMM_OP_READ:
-	case WIMM_OP_CMP_SWAP:
-		break;
-	}
-	return WIMM_E_INVAL;
-}
-
-void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
-	     uint32_t imm, unsigned flags)
+void ep_post_retry(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_off, size_t len,
+		   uint32_t imm, unsigned flags, int rc)
 {
 	uint64_t silent_since = 0;
 	unsigned refused = 0;
 	for (;;) {
-		int rc = post_once(ep, op, src_off, dst_off, len, imm, flags);
 		if (rc == 0)
 			return;
 		if (rc != WIMM_E_AGAIN)
@@ -656,6 +635,7 @@ void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t dst_of
 			fail_peer_gone(ep, "credits");
 		if (++refused % SPINS_PER_CLOCK_CHECK == 0)
 			check_silence(ep, &silent_since, "credits");
+		rc = ep_post_once(ep, op, src_off, dst_off, len, imm, flags);
 	}
 }
 

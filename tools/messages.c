@@ -169,16 +169,23 @@ void msg_finish_server(struct endpoint *ep)
 		expect_event(ep, &ev, WIMM_EV_WRITE_IMM, BYE_IMM, 0);
 }
 
-void msg_send_poll_round(struct endpoint *ep, uint32_t round, int last_of_round)
+void msg_send_poll_bulk(struct endpoint *ep, uint32_t n)
 {
 	size_t size = ep->opts->size;
-	/* Slot 0 always holds BULK (rewriting the same value is harmless
-	 * while in flight); slot 1 is rewritten once per round, after the
-	 * previous round was acknowledged. */
-	size_t src = last_of_round ? ep->slot_len : 0;
-	ep->source[src + size - 1] =
-	    last_of_round ? poll_round_flag(round) : (unsigned char)POLL_BULK_FLAG;
-	ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, 0);
+	/* Slot 0 always holds BULK: rewriting the same value while earlier
+	 * writes from it are in flight is harmless, and once is enough. */
+	ep->source[size - 1] = (unsigned char)POLL_BULK_FLAG;
+	for (uint32_t k = 0; k < n; k++)
+		ep_post(ep, WIMM_OP_WRITE, 0, 0, size, 0, 0);
+}
+
+void msg_send_poll_last(struct endpoint *ep, uint32_t round)
+{
+	size_t size = ep->opts->size;
+	/* Slot 1 is rewritten once per round, after the previous round was
+	 * acknowledged. */
+	ep->source[ep->slot_len + size - 1] = poll_round_flag(round);
+	ep_post(ep, WIMM_OP_WRITE, ep->slot_len, 0, size, 0, 0);
 }
 
 void msg_receive_poll_round(struct endpoint *ep, uint32_t round)

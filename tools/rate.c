@@ -45,13 +45,25 @@ static void client_round(struct endpoint *ep, uint32_t first_seq, uint32_t count
 			 int paced)
 {
 	int polled = ep->opts->op == OP_WRITE_POLL;
-	uint64_t start_ns = cli_now_ns();
-	for (uint32_t k = 0; k < count; k++) {
-		if (paced)
+	if (paced && ep->opts->pace_per_s > 0) {
+		uint64_t start_ns = cli_now_ns();
+		for (uint32_t k = 0; k < count; k++) {
 			pace(ep, start_ns, k);
-		if (polled)
-			msg_send_poll_round(ep, round, k + 1 == count);
-		else
+			if (!polled)
+				msg_send(ep, first_seq + k, 0);
+			else if (k + 1 < count)
+				msg_send_poll_bulk(ep, 1);
+			else
+				msg_send_poll_last(ep, round);
+		}
+	} else if (polled) {
+		/* The loop the peers' rate tools run: nothing but the post. */
+		if (count > 0) {
+			msg_send_poll_bulk(ep, count - 1);
+			msg_send_poll_last(ep, round);
+		}
+	} else {
+		for (uint32_t k = 0; k < count; k++)
 			msg_send(ep, first_seq + k, 0);
 	}
 	msg_receive_ack(ep, first_seq + count);

@@ -267,6 +267,33 @@ static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off,
 	return ret;
 }
 
+/* A write (with or without imm) into the peer's window through post(). */
+static inline __attribute__((always_inline)) int
+post_to_window(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+	       size_t dst_off, size_t len, uint32_t imm, unsigned flags)
+{
+	struct wimm_wr wr = {
+	    .op = op,
+	    .raddr = c->peer.window_addr + dst_off,
+	    .rkey = c->peer.window_key,
+	    .imm = imm,
+	    .signal = !!(flags & WIMM_F_SIGNAL),
+	};
+	fill_local(&wr, src, src_off, len);
+	return post(c, &wr, op == WIMM_OP_WRITE_IMM, flags);
+}
+
+/* A plain write through post(): out of line, so that the store ipc takes
+ * instead runs in a small frame (post()'s loop and its failure paths made
+ * wimm_write save six registers and clear a request on every store;
+ * docs/performance.md, section 16). */
+static __attribute__((noinline)) int write_posted(struct wimm_conn *c, struct wimm_mr *src,
+						  size_t src_off, size_t dst_off, size_t len,
+						  unsigned flags)
+{
+	return post_to_window(c, WIMM_OP_WRITE, src, src_off, dst_off, len, 0, flags);
+}
+
 static inline __attribute__((always_inline)) int write_common(struct wimm_conn *c, enum wimm_op op,
 							      struct wimm_mr *src, size_t src_off,
 							      size_t dst_off, size_t len,
@@ -281,21 +308,16 @@ static inline __attribute__((always_inline)) int write_common(struct wimm_conn *
 		if (ret)
 			return ret;
 	}
-	if (op == WIMM_OP_WRITE && !(flags & WIMM_F_SIGNAL) && len > 0 && c->state == CONN_UP &&
-	    ops_of(c)->store) {
-		ret = store_write(c, src, src_off, dst_off, len);
-		if (ret != WIMM_E_NOTSUP)
-			return ret;
+	if (op == WIMM_OP_WRITE) {
+		if (!(flags & WIMM_F_SIGNAL) && len > 0 && c->state == CONN_UP &&
+		    ops_of(c)->store) {
+			ret = store_write(c, src, src_off, dst_off, len);
+			if (ret != WIMM_E_NOTSUP)
+				return ret;
+		}
+		return write_posted(c, src, src_off, dst_off, len, flags);
 	}
-	struct wimm_wr wr = {
-	    .op = op,
-	    .raddr = c->peer.window_addr + dst_off,
-	    .rkey = c->peer.window_key,
-	    .imm = imm,
-	    .signal = !!(flags & WIMM_F_SIGNAL),
-	};
-	fill_local(&wr, src, src_off, len);
-	return post(c, &wr, op == WIMM_OP_WRITE_IMM, flags);
+	return post_to_window(c, op, src, src_off, dst_off, len, imm, flags);
 }
 
 int wimm_write_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,

@@ -84,25 +84,6 @@ void ipc_gate_offer(struct ipc_conn *c)
 	__atomic_store_n(&c->rx.hdr->barrier, 1, __ATOMIC_RELAXED);
 }
 
-int ipc_gate_store(struct ipc_conn *c, uint64_t raddr, const void *src, size_t len)
-{
-	struct ipc_ring_hdr *h = c->tx.hdr;
-
-	__atomic_store_n(&h->busy, 1, __ATOMIC_RELAXED);
-	/* `barrier`, once 1, stays 1: reading it early is harmless. */
-	if (c->gate_light && __atomic_load_n(&h->barrier, __ATOMIC_RELAXED))
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	else
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&h->closed, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
-		return WIMM_E_DISCONNECTED;
-	}
-	memcpy(c->pw_base + (raddr - c->pw_addr), src, len);
-	__atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE);
-	return 0;
-}
-
 void ipc_gate_close(struct ipc_conn *c)
 {
 	if (!c->win_offered || c->gate_shut || !c->rx.hdr)
