@@ -79,14 +79,16 @@ out:
 	pair_close(&p);
 }
 
-/* Writes of every size class (inline, data area, direct, page-crossing)
+/* Writes of every size class (ipc's small stores of 1-3, 4-7 and 8-16
+ * bytes as at most two moves, inline, data area, direct, page-crossing)
  * into a window that starts at an unaligned offset of its region: each
  * lands at its offset, the window's neighbours in the region stay as they
  * were, and a doorbell after plain writes finds all their bytes. Both
  * sides' windows are allocated, so on ipc both directions are mapped. */
 static void t_alloc_integrity(const char *uri)
 {
-	static const size_t sizes[] = {1, 8, 24, 25, 1200, 4096, 65537, MiB - 1, MiB};
+	static const size_t sizes[] = {1,  2,  3,  4,  5,    7,	   8,	  9,	   15,
+				       16, 17, 24, 25, 1200, 4096, 65537, MiB - 1, MiB};
 	const size_t win_off = 4096 + 100, win_len = 2 * MiB, guard = 64;
 	struct wimm_conn_attr sattr = {.window_off = win_off, .window_len = win_len};
 	struct wimm_conn_attr cattr = {0};
