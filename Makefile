@@ -73,7 +73,7 @@ bench-softroce: build
 
 format:
 	clang-format -i include/*.h include/wimm/*.h src/*.h src/*/*.[ch] src/services/*/*.[ch] \
-		tools/*.[ch] tests/*/*.[ch] tests/services/*/*.[ch]
+		tools/*.[ch] tests/*/*.[ch] tests/services/*/*.[ch] bench/*.c
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

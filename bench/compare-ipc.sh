@@ -32,13 +32,7 @@ BW_ITERS=${BW_ITERS:-2000}
 command -v fi_pingpong >/dev/null || die "fi_pingpong not found (Debian package libfabric-bin)"
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found (Debian package ucx-utils)"
 
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+start_workdir
 results=$work/results.jsonl
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -53,30 +47,6 @@ wimm_self() {
     timeout 300 "$WIMM" "$2" --self --json -f "$3" -o write_imm -s "$4" -n "$5" >"$out" \
         2>"$work/wimm.err" || { cat "$work/wimm.err" >&2; die "wimm $2 --self -f $3 failed"; }
     record "$1" wimm "$2 --self $3 $4" "\"result\": $(cat "$out")"
-}
-
-# run_pair NAME OUT ERR SERVER-COMMAND... -- CLIENT-COMMAND...: the server
-# in the background, the client tried again (50 times, 0.1 s apart) until
-# the server listens; both must succeed. The client's stdout goes to OUT,
-# its stderr to ERR (the same file: both together).
-run_pair() {
-    local name=$1 out=$2 err=$3 server=()
-    shift 3
-    while [ "$1" != -- ]; do server+=("$1"); shift; done
-    shift
-    "${server[@]}" >"$work/server.out" 2>&1 &
-    server_pid=$!
-    for attempt in $(seq 50); do
-        if [ "$err" = "$out" ]; then
-            "$@" >"$out" 2>&1 && break
-        else
-            "$@" >"$out" 2>"$err" && break
-        fi
-        [ "$attempt" -lt 50 ] || { cat "$out" "$err" "$work/server.out" >&2; die "$name client failed"; }
-        sleep 0.1
-    done
-    wait "$server_pid" || die "$name server failed"
-    server_pid=
 }
 
 # wimm_pair ROUND FABRIC: pingpong as server + client processes.

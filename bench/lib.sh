@@ -39,6 +39,43 @@ wait_for_line() {
     return 1
 }
 
+# start_workdir: a temporary directory in $work, removed at exit together
+# with the server run_pair may have left running ($server_pid).
+start_workdir() {
+    work=$(mktemp -d)
+    server_pid=
+    trap cleanup_workdir EXIT
+}
+cleanup_workdir() {
+    [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+
+# run_pair NAME OUT ERR SERVER-COMMAND... -- CLIENT-COMMAND...: the server
+# in the background, the client tried again (50 times, 0.1 s apart) until
+# the server listens; both must succeed. The client's stdout goes to OUT,
+# its stderr to ERR (the same file: both together); on a failure both and
+# the server's output are shown. Needs start_workdir.
+run_pair() {
+    local name=$1 out=$2 err=$3 server=()
+    shift 3
+    while [ "$1" != -- ]; do server+=("$1"); shift; done
+    shift
+    "${server[@]}" >"$work/server.out" 2>&1 &
+    server_pid=$!
+    for attempt in $(seq 50); do
+        if [ "$err" = "$out" ]; then
+            "$@" >"$out" 2>&1 && break
+        else
+            "$@" >"$out" 2>"$err" && break
+        fi
+        [ "$attempt" -lt 50 ] || { cat "$out" "$err" "$work/server.out" >&2; die "$name client failed"; }
+        sleep 0.1
+    done
+    wait "$server_pid" || { cat "$work/server.out" >&2; die "$name server failed"; }
+    server_pid=
+}
+
 # The four notification strategies, in the order the tables show them.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 STRATEGIES="write_imm write_send send_imm write_poll"

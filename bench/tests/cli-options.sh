@@ -8,23 +8,11 @@
 set -euo pipefail
 WIMM=$1
 FABRIC=$2
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "cli-options: FAIL: $*" >&2; exit 1; }
+TEST=cli-options
+PROGRAM=$WIMM
+# shellcheck source=bench/tests/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# refused EXPECTED_TEXT ARGS...: status 2 and the text on stderr.
-refused() {
-    local want=$1 rc=0
-    shift
-    "$WIMM" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [ "$rc" -eq 2 ] || fail "wimm $* exited with $rc, not 2"
-    grep -qF -- "$want" "$work/err" || fail "wimm $*: no '$want' in: $(head -1 "$work/err")"
-}
 refused "bad value for --rate" rate --rate 0
 refused "bad value for --rate" rate --rate -5
 refused "bad value for --rate" rate --rate 10x
@@ -39,17 +27,6 @@ refused "wimm bulk needs -s of at least 1" bulk -s 0
 refused "unknown --memory 'shm'" rate --memory shm
 refused "--memory needs a value" pingpong --memory
 
-# json_check FILE PYTHON_CONDITION: the condition holds for the JSON in FILE
-# (`d` is the first object, `r` the receiver's line if there is one).
-json_check() {
-    /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$2 does not hold for $(cat "$1")"
-import json, sys
-objs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-d = objs[0]
-r = next((o for o in objs if o.get("role") == "receiver"), {})
-sys.exit(0 if eval(sys.argv[2]) else 1)
-PY
-}
 
 # A paced run takes at least iters / rate seconds: 2000 at 4000/s, 0.5 s.
 "$WIMM" rate --self -f "$FABRIC" --json -n 2000 --rate 4000 --wait block >"$work/rate.json"
