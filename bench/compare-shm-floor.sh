@@ -10,6 +10,8 @@
 #   wimm_shm_floor -o send -s SIZE             fi_pingpong's calls, our loop
 #   wimm_shm_floor -o write_imm -s SIZE        wimm's calls and attributes
 #                                              on shm, no wimm
+#   wimm_shm_floor -o write_imm -G -s SIZE     the same through fi_writemsg,
+#                                              the provider's general path
 #   wimm pingpong -f ofi:shm -o write_imm      two processes
 #   wimm pingpong -f ofi:shm -o send_imm       two processes
 # Then, in the same rounds, streams (the message rate and bandwidth that
@@ -89,6 +91,12 @@ run_floor() {
     record "$1" "$2" "floor $3" avg_us "$(json_field "$out" avg_us)"
 }
 
+run_floor_general() {
+    local out=$work/floor.json
+    timeout 300 "$FLOOR" -o write_imm -G -s "$2" -n "$ITERS" >"$out" || die "wimm_shm_floor -G -s $2 failed"
+    record "$1" "$2" "floor write_imm -G" avg_us "$(json_field "$out" avg_us)"
+}
+
 run_wimm() {
     local port out=$work/wimm.json
     port=$(free_port)
@@ -131,7 +139,7 @@ for round in $(seq "$ROUNDS"); do
     say "round $round/$ROUNDS"
     for size in $SIZES; do
         in_turn "$round" "$size" "run_fi" "run_floor send" "run_floor write_imm" \
-            "run_wimm write_imm" "run_wimm send_imm"
+            "run_floor_general" "run_wimm write_imm" "run_wimm send_imm"
     done
     for size in $STREAM_SIZES; do
         in_turn "$round" "$size" "stream_floor send" "stream_floor write_imm" "stream_wimm"
@@ -144,10 +152,12 @@ cp "$results" "$stem.jsonl"
 python3 - "$results" "$load_before / $(cut -d' ' -f1-3 /proc/loadavg)" "$ITERS" >"$stem.md" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-runs = ["fi_pingpong", "floor send", "floor write_imm", "wimm write_imm", "wimm send_imm"]
+runs = ["fi_pingpong", "floor send", "floor write_imm", "floor write_imm -G", "wimm write_imm",
+        "wimm send_imm"]
 stream_runs = ["floor stream send", "floor stream write_imm", "wimm rate write_imm"]
 names = {"fi_pingpong": "fi_pingpong -p shm -e rdm", "floor send": "wimm_shm_floor -o send",
-         "floor write_imm": "wimm_shm_floor -o write_imm", "wimm write_imm": "wimm pingpong -o write_imm",
+         "floor write_imm": "wimm_shm_floor -o write_imm",
+         "floor write_imm -G": "wimm_shm_floor -o write_imm -G", "wimm write_imm": "wimm pingpong -o write_imm",
          "wimm send_imm": "wimm pingpong -o send_imm",
          "floor stream send": "wimm_shm_floor -m stream -o send",
          "floor stream write_imm": "wimm_shm_floor -m stream -o write_imm",

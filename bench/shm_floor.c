@@ -2,23 +2,27 @@
  * what the provider itself costs, to tell its share of wimm's ofi:shm
  * figures from wimm's own.
  *
- *   wimm_shm_floor [-m pingpong|stream] [-o write_imm|send] [-U]
+ *   wimm_shm_floor [-m pingpong|stream] [-o write_imm|send] [-U] [-G]
  *                  [-s SIZE] [-n ITERS] [-w WARMUP]
  *
  *   -o write_imm  the calls and attributes wimm's ofi backend uses on shm:
  *                 an RDM endpoint with FI_MSG | FI_RMA | FI_ATOMIC |
  *                 FI_SOURCE | FI_DIRECTED_RECV, write-after-write and
  *                 send-after-write order, a CQ of fi_cq_data_entry read
- *                 with fi_cq_readfrom, and each message one
- *                 fi_writemsg(FI_REMOTE_CQ_DATA) into the peer's registered
- *                 window, injected up to inject_size; the receiver sees the
- *                 immediate in its CQ, as wimm's does.
+ *                 with fi_cq_readfrom, and each message one write with CQ
+ *                 data into the peer's registered window: up to
+ *                 inject_size fi_inject_writedata, above it
+ *                 fi_writemsg(FI_REMOTE_CQ_DATA | FI_COMPLETION); the
+ *                 receiver sees the immediate in its CQ, as wimm's does.
  *   -o send       what fi_pingpong -p shm -e rdm does: FI_MSG only,
  *                 fi_inject (a send with a completion above inject_size),
  *                 receives re-posted one per completion, fi_cq_read.
  *   -U            write_imm without the order: what shm does when nobody
  *                 asks for it (wimm must: its writes land before the
  *                 doorbell that follows them).
+ *   -G            write_imm injected through fi_writemsg(FI_INJECT |
+ *                 FI_REMOTE_CQ_DATA), the provider's general path, as wimm
+ *                 posted until 2026-12-07.
  *   -m pingpong   ITERS round trips; avg_us is their time over 2 x ITERS,
  *                 the one-way average fi_pingpong prints.
  *   -m stream     ITERS messages back to back (the provider's queue is the
@@ -70,6 +74,7 @@ struct floor_opts {
 	enum floor_op op;
 	enum floor_mode mode;
 	int unordered;
+	int general; /* -G */
 	size_t size;
 	uint32_t iters, warmup;
 };
@@ -306,7 +311,11 @@ static void floor_send(struct floor_end *e, uint32_t num, size_t len)
 		struct iovec iov = {.iov_base = e->src, .iov_len = len};
 		void *desc = fi_mr_desc(e->src_mr);
 
-		if (e->o->op == FLOOR_WRITE_IMM) {
+		if (e->o->op == FLOOR_WRITE_IMM && inject && len && !e->o->general) {
+			ret =
+			    fi_inject_writedata(e->ep, e->src, len, num, e->peer,
+						e->peer_card.window_addr, e->peer_card.window_key);
+		} else if (e->o->op == FLOOR_WRITE_IMM) {
 			struct fi_rma_iov rma = {.addr = e->peer_card.window_addr,
 						 .len = len,
 						 .key = e->peer_card.window_key};
@@ -449,7 +458,7 @@ static void parse_args(int argc, char **argv, struct floor_opts *o)
 {
 	int warmup_set = 0, opt;
 
-	while ((opt = getopt(argc, argv, "m:o:Us:n:w:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:o:UGs:n:w:h")) != -1) {
 		switch (opt) {
 		case 'm':
 			if (!strcmp(optarg, "pingpong") || !strcmp(optarg, "stream")) {
@@ -467,6 +476,9 @@ static void parse_args(int argc, char **argv, struct floor_opts *o)
 			exit(2);
 		case 'U':
 			o->unordered = 1;
+			break;
+		case 'G':
+			o->general = 1;
 			break;
 		case 's':
 			o->size = parse_num(optarg, "-s", MAX_SIZE);
@@ -496,6 +508,10 @@ static void parse_args(int argc, char **argv, struct floor_opts *o)
 	}
 	if (o->unordered && o->op != FLOOR_WRITE_IMM) {
 		fprintf(stderr, "wimm_shm_floor: -U is for -o write_imm (send asks no order)\n");
+		exit(2);
+	}
+	if (o->general && o->op != FLOOR_WRITE_IMM) {
+		fprintf(stderr, "wimm_shm_floor: -G is for -o write_imm\n");
 		exit(2);
 	}
 	if (!warmup_set)
@@ -540,10 +556,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("{\"tool\": \"wimm_shm_floor\", \"mode\": \"%s\", \"op\": \"%s\", \"ordered\": %s, "
-	       "\"size\": %zu, \"iters\": %u",
+	       "\"general\": %s, \"size\": %zu, \"iters\": %u",
 	       o.mode == FLOOR_PINGPONG ? "pingpong" : "stream",
 	       o.op == FLOOR_WRITE_IMM ? "write_imm" : "send",
-	       o.op == FLOOR_WRITE_IMM && !o.unordered ? "true" : "false", o.size, o.iters);
+	       o.op == FLOOR_WRITE_IMM && !o.unordered ? "true" : "false",
+	       o.general ? "true" : "false", o.size, o.iters);
 	if (o.mode == FLOOR_PINGPONG)
 		printf(", \"avg_us\": %.4f}\n", t / (2.0 * o.iters) * 1e6);
 	else

@@ -22,6 +22,7 @@ runs() {
 runs avg_us -o write_imm -s 8 -n 2000
 runs avg_us -o send -s 1 -n 2000
 runs avg_us -o write_imm -s 0 -n 2000
+runs avg_us -o write_imm -G -s 8 -n 2000
 runs avg_us -o write_imm -s 65536 -n 200
 runs avg_us -o send -s 65536 -n 200
 runs msg_rate -m stream -o write_imm -s 8 -n 20000
@@ -31,6 +32,7 @@ runs msg_rate -m stream -o send -s 1048576 -n 100
 
 refused "-o send needs -s 1 or more" -o send -s 0
 refused "-U is for -o write_imm" -o send -U
+refused "-G is for -o write_imm" -o send -G
 refused "-m ring: pingpong or stream" -m ring
 refused "-o read: write_imm or send" -o read
 refused "-s 67108865: a number up to 67108864" -s 67108865

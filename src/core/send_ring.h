@@ -17,7 +17,8 @@
  *     posted, but a read or an atomic posted before it when the peer's
  *     answer comes): each completion marks its own operation
  *     (wimm_send_ring_mark), unsignaled ones are complete when posted (the
- *     backend injects them), and events are taken in post order
+ *     backend injects them; one with nothing before it is retired there
+ *     and then), and events are taken in post order
  *     (wimm_send_ring_take), as wimm_poll(3) promises.
  * - When the connection goes down, what is outstanding needs no flush here:
  *   verbs flushes its QP (each WR completes with an error, through

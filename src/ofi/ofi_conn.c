@@ -340,12 +340,37 @@ void ofi_conn_delete(void *bconn)
 static inline __attribute__((always_inline)) ssize_t
 ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos, uint64_t flags)
 {
-	struct iovec iov = {.iov_base = wr->local, .iov_len = wr->len};
-	void *desc = wr->lmr ? wr->lmr->desc : NULL;
-	struct fi_rma_iov rma = {.addr = wr->raddr, .len = wr->len, .key = wr->rkey};
 	/* Length rides in the upper half where the provider carries 8 bytes of
 	 * CQ data, so the receiver never depends on the reported length (E3). */
 	uint64_t data = c->ctx->data_wide ? ((uint64_t)wr->len << 32) | wr->imm : wr->imm;
+
+	if (wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP)
+		return ofi_atomic_post_once(c, wr, pos, flags);
+	if (wr->op == WIMM_OP_WRITE_IMM && c->ring_out)
+		return ofi_ring_post_once(c, wr, pos, flags);
+	/* Injected, with no completion and no other flag: the provider's
+	 * inject calls, which skip what its *msg calls look at (shm 1.17:
+	 * the endpoint's tx lock, the buffer's memory type, the protocol, the
+	 * completion), the path fi_pingpong's fi_inject takes. Same commands,
+	 * same order. Not for 0 bytes: those keep their null window and their
+	 * empty iov (below). */
+	if (flags == FI_INJECT && wr->len) {
+		switch (wr->op) {
+		case WIMM_OP_WRITE_IMM:
+			return fi_inject_writedata(c->ep, wr->local, wr->len, data, c->peer,
+						   wr->raddr, wr->rkey);
+		case WIMM_OP_WRITE:
+			return fi_inject_write(c->ep, wr->local, wr->len, c->peer, wr->raddr,
+					       wr->rkey);
+		case WIMM_OP_SEND_IMM:
+			return fi_injectdata(c->ep, wr->local, wr->len, data, c->peer);
+		default:
+			break;
+		}
+	}
+	struct iovec iov = {.iov_base = wr->local, .iov_len = wr->len};
+	void *desc = wr->lmr ? wr->lmr->desc : NULL;
+	struct fi_rma_iov rma = {.addr = wr->raddr, .len = wr->len, .key = wr->rkey};
 
 	/* A pure doorbell touches no window: aim it at the peer's null window,
 	 * which every key check accepts (a read-only or absent window would
@@ -354,10 +379,6 @@ ofi_post_once(struct ofi_conn *c, const struct wimm_wr *wr, uint32_t pos, uint64
 		rma.addr = 0;
 		rma.key = 0;
 	}
-	if (wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP)
-		return ofi_atomic_post_once(c, wr, pos, flags);
-	if (wr->op == WIMM_OP_WRITE_IMM && c->ring_out)
-		return ofi_ring_post_once(c, wr, pos, flags);
 	if (wr->op == WIMM_OP_SEND_IMM) {
 		struct fi_msg m = {
 		    .msg_iov = &iov,
@@ -443,6 +464,12 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
 	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
+	/* An injected operation is complete as posted (send_ring.h). With
+	 * nothing before it, it retires now, after the provider's call,
+	 * rather than in the poll that takes the next completion (the reply
+	 * of a ping-pong, on its critical path). */
+	if (!complete && wimm_send_ring_outstanding(&c->sq) == 1)
+		wimm_send_ring_retire(&c->sq, wimm_send_ring_tail(&c->sq));
 	ofi_ring_posted(c, wr, ringed);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
