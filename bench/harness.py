@@ -212,6 +212,33 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=N
             checkpoint()
 
 
+# libfabric's shm names an endpoint's region /dev/shm/PID:... after its
+# process.
+SHM_REGION = re.compile(r"^([0-9]+):")
+
+
+def clear_stale_shm(directory="/dev/shm"):
+    """Remove the shm regions of processes that are gone; how many. A killed
+    process leaves its region behind, and a later process given the same id
+    fails its fi_enable with EBUSY once: wimm tries again, fi_pingpong exits
+    and its run would count as failed. Such a region belongs to nobody."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        m = SHM_REGION.match(name)
+        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def machine(note):
     cpu = "unknown CPU"
     try:
@@ -312,6 +339,9 @@ def main():
         fabrics = [f for f in fabrics if not f.startswith("verbs:")]
     available = {t for t in PEER_TOOLS if shutil.which(t)}
     say(f"fabrics listed: {', '.join(fabrics)}; peers here: {', '.join(sorted(available))}")
+    stale = clear_stale_shm()
+    if stale:
+        say(f"removed {stale} shm regions of processes that are gone")
     # Atomics are not asked yet: a pattern naming write_atomic is valid here.
     if not narrow(plan.build(settings, fabrics, available, atomics=fabrics), args.only):
         parser.error(f"--only '{args.only.pattern}': no case matches (keys look like "

@@ -297,6 +297,20 @@ class RepeatedCalibrationTest(unittest.TestCase):
         self.assertEqual((sized["iters"], sized["timeout"]), (10000, runners.RUN_TIMEOUT))
 
 
+class StaleShmTest(unittest.TestCase):
+    def test_only_regions_of_dead_processes_go(self):
+        with tempfile.TemporaryDirectory() as d:
+            # No process has pid 2^31 - 1 (pid_max is at most 2^22).
+            for name in ("2147483647:0:0", f"{os.getpid()}:0:0", "ucx_shm_posix_1", "12ab:0"):
+                open(os.path.join(d, name), "w").close()
+            self.assertEqual(harness.clear_stale_shm(d), 1)
+            self.assertEqual(sorted(os.listdir(d)),
+                             sorted([f"{os.getpid()}:0:0", "ucx_shm_posix_1", "12ab:0"]))
+
+    def test_a_missing_directory_is_nothing_to_do(self):
+        self.assertEqual(harness.clear_stale_shm("/nonexistent/shm"), 0)
+
+
 class StemTest(unittest.TestCase):
     def names(self, d, *names):
         for n in names:
