@@ -7,19 +7,21 @@
  *   caller's wish for a SEND_DONE, and whether it is the core's own write
  *   (credit return, heartbeat, close fence), which has the reserve's slots
  *   and never counts against the user's sq_depth.
- * - An unsignaled send has no completion of its own (forced signals keep
- *   such runs shorter than half the ring, so a full ring always holds a
- *   signaled operation whose completion frees it). Two ways to retire:
+ * - An unsignaled send has no completion of its own. Two ways to retire:
  *   - in order (verbs, ipc): completions come in post order, so the
  *     completion of pos retires every operation up to it
- *     (wimm_send_ring_complete);
+ *     (wimm_send_ring_complete); forced signals keep runs of unsignaled
+ *     sends shorter than half the ring, so a full ring always holds a
+ *     signaled operation whose completion frees it;
  *   - out of order (libfabric: shm completes a write it injects as it is
  *     posted, but a read or an atomic posted before it when the peer's
  *     answer comes): each completion marks its own operation
  *     (wimm_send_ring_mark), unsignaled ones are complete when posted (the
- *     backend injects them; one with nothing before it is retired there
- *     and then), and events are taken in post order
- *     (wimm_send_ring_take), as wimm_poll(3) promises.
+ *     backend injects them, and retires them there and then when nothing
+ *     before them still waits: wimm_send_ring_retire_quiet), and events
+ *     are taken in post order (wimm_send_ring_take), as wimm_poll(3)
+ *     promises. A full ring then holds at its tail an operation with a
+ *     completion still to come, or one whose event a poll takes.
  * - When the connection goes down, what is outstanding needs no flush here:
  *   verbs flushes its QP (each WR completes with an error, through
  *   wimm_send_ring_complete), and for every backend the core fails the
@@ -109,7 +111,9 @@ static inline uint32_t wimm_send_ring_index(const struct wimm_send_ring *r, uint
 }
 
 /* Must the next operation ask the transport for a completion (the caller
- * wants one, or the forced-signal policy does)? */
+ * wants one, or the forced-signal policy does)? In order only: out of
+ * order, an unsignaled operation is retired as it is posted
+ * (wimm_send_ring_retire_quiet). */
 static inline int wimm_send_ring_must_signal(const struct wimm_send_ring *r, int asked)
 {
 	return wimm_signal_needed(&r->sig, asked);
@@ -249,6 +253,22 @@ static inline int wimm_send_ring_take(struct wimm_send_ring *r, struct wimm_conn
 		return 1;
 	}
 	return 0;
+}
+
+/* Out of order: retire the complete operations at the tail that have
+ * nothing to report (injected, unsignaled ones), up to the first that has
+ * (its event is taken by a poll). What a backend does after posting an
+ * injected operation: a run of them then never waits for a completion to
+ * free their slots, and needs no forced signal. */
+static inline void wimm_send_ring_retire_quiet(struct wimm_send_ring *r)
+{
+	while (wimm_send_ring_ready(r)) {
+		const struct wimm_send_slot *s = &r->slot[(uint32_t)r->tail & r->mask];
+
+		if (s->status || s->report)
+			return;
+		wimm_send_ring_retire(r, r->tail);
+	}
 }
 
 #endif /* WIMM_SEND_RING_H */

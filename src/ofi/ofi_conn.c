@@ -435,13 +435,15 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		if (!wimm_send_ring_has_room(&c->sq, wr->internal))
 			return WIMM_E_AGAIN;
 	}
-	/* Unsignaled sends retire only through a later completion: force one
-	 * every sq_depth/2 so the queue space in use stays known. Reads always
-	 * complete (their bytes are only there then), and so does what cannot
-	 * be injected: an unsignaled operation counts as complete when posted
-	 * (send_ring.h, out of order). */
-	complete = wimm_send_ring_must_signal(&c->sq, wr->signal || wr->op == WIMM_OP_READ ||
-							  wire_len > inject);
+	/* Reads and atomics always complete (their bytes, the old value, are
+	 * only there then, and an atomic's operands stay in its slot until
+	 * it), and so does what cannot be injected: an unsignaled operation
+	 * counts as complete when posted (send_ring.h, out of order). Nothing
+	 * else asks for a completion: injected operations retire as they are
+	 * posted (below), so no forced signal is needed to free their slots
+	 * (one in 16 was: shm's general call, and a completion to sort). */
+	complete = wr->signal || wr->op == WIMM_OP_READ || wr->op == WIMM_OP_FETCH_ADD ||
+		   wr->op == WIMM_OP_CMP_SWAP || wire_len > inject;
 	if (complete)
 		flags |= FI_COMPLETION;
 	else if (wire_len <= inject)
@@ -465,11 +467,11 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 		return ofi_err(c->ctx, (int)ret, "post");
 	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
 	/* An injected operation is complete as posted (send_ring.h). With
-	 * nothing before it, it retires now, after the provider's call,
-	 * rather than in the poll that takes the next completion (the reply
-	 * of a ping-pong, on its critical path). */
-	if (!complete && wimm_send_ring_outstanding(&c->sq) == 1)
-		wimm_send_ring_retire(&c->sq, wimm_send_ring_tail(&c->sq));
+	 * nothing before it still waiting, it retires now, after the
+	 * provider's call, rather than in the poll that takes the next
+	 * completion (the reply of a ping-pong, on its critical path). */
+	if (!complete)
+		wimm_send_ring_retire_quiet(&c->sq);
 	ofi_ring_posted(c, wr, ringed);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
