@@ -465,13 +465,17 @@ int ofi_post(void *bconn, const struct wimm_wr *wr)
 	}
 	if (ret)
 		return ofi_err(c->ctx, (int)ret, "post");
-	wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
 	/* An injected operation is complete as posted (send_ring.h). With
-	 * nothing before it still waiting, it retires now, after the
-	 * provider's call, rather than in the poll that takes the next
-	 * completion (the reply of a ping-pong, on its critical path). */
-	if (!complete)
-		wimm_send_ring_retire_quiet(&c->sq);
+	 * nothing outstanding it has nothing to wait for and nothing to
+	 * report: it leaves no slot (the common case, 55 instructions of a
+	 * ping-pong's turnaround). Behind others it takes a slot and retires
+	 * as soon as nothing before it still waits, here or in the poll that
+	 * takes what it waited for. */
+	if (complete || wimm_send_ring_outstanding(&c->sq)) {
+		wimm_send_ring_push(&c->sq, wr, (uint32_t)wr->len, complete);
+		if (!complete)
+			wimm_send_ring_retire_quiet(&c->sq);
+	}
 	ofi_ring_posted(c, wr, ringed);
 	/* Its completion is due: no need to wait for the fd to say so. */
 	if (complete)
