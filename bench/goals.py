@@ -29,10 +29,12 @@ def latency(ix, meta):
                 field, how = LAT_STAT[peer["tool"]]
                 op = VERBS_PAIR.get(peer["tool"], "write_imm")
                 wkey, pkey = f"lat|{fabric}|{op}|{size}", f"lat|{cls}|{peer['label']}|{size}"
-                rows.append(_row(f"latency {size} B, {op} vs {peer['label']} ({how})", fabric,
-                                 ix.median(wkey, field), f"{op} {field[:-3]}",
-                                 ix.median(pkey, field), peer["label"], 1.00,
-                                 rounds=ix.round_ratios(wkey, pkey, field)))
+                row = _row(f"latency {size} B, {op} vs {peer['label']} ({how})", fabric,
+                           ix.median(wkey, field), f"{op} {field[:-3]}",
+                           ix.median(pkey, field), peer["label"], 1.00,
+                           rounds=ix.round_ratios(wkey, pkey, field))
+                row.update(keys=(wkey, pkey), field=field)
+                rows.append(row)
     return rows
 
 

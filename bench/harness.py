@@ -53,6 +53,13 @@ def find_wimm(build):
     raise SystemExit(f"bench: no wimm executable under {build} (build it first: make build)")
 
 
+def find_probe(build):
+    """wimm_line_probe of the build, or None (the report then has no host
+    column)."""
+    path = os.path.join(build, "bench", "wimm_line_probe")
+    return path if os.access(path, os.X_OK) else None
+
+
 def wimm_fabrics(wimm):
     """Every fabric `wimm info --json` lists, once, in its order."""
     out = runners.subprocess.run([wimm, "info", "--json"], capture_output=True, text=True,
@@ -69,9 +76,14 @@ def wimm_fabrics(wimm):
 class Runner:
     """Runs cases, keeps every record."""
 
-    def __init__(self, wimm, work, host):
-        self.wimm, self.work, self.host = wimm, work, host
+    def __init__(self, wimm, work, host, probe=None):
+        self.wimm, self.work, self.host, self.probe = wimm, work, host, probe
         self.records = []
+
+    def host_line(self):
+        """The host's cache-line round trip between two processes now (ns),
+        or None without the probe (it did not build, or failed)."""
+        return runners.run_line_probe(self.probe) if self.probe else None
 
     def execute(self, case, device=None):
         tool = case["tool"]
@@ -204,7 +216,12 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=N
                                   error="skipped, as an earlier run timed out or did not "
                                   f"start: {failed[case['key']]}")
                 else:
+                    # Where the host has put our CPUs right before the run:
+                    # intra-host figures move with it (line_probe.c).
+                    line = runner.host_line()
                     record = attempt(runner, case, device, failed)
+                    if line is not None:
+                        record["host_line_ns"] = line
                 record["round"] = rnd
                 runner.records.append(record)
             # A run killed from outside (the guest's time limit) leaves
@@ -359,7 +376,9 @@ def main():
         except OSError:
             meta["clocksource"] = "unknown"
     with tempfile.TemporaryDirectory(prefix="wimm-bench-") as work:
-        runner = Runner(wimm, work, host)
+        runner = Runner(wimm, work, host, find_probe(args.build))
+        if not runner.probe:
+            say("no wimm_line_probe in the build: the host's level is not recorded")
         usable, unusable = probe_fabrics(runner, fabrics)
         meta.update(fabrics=usable, unusable=unusable)
         meta["atomics"], meta["no_atomics"] = probe_atomics(runner, usable)

@@ -7,6 +7,7 @@ plots of the curves, beside the JSON.
 import json
 import os
 import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -134,6 +135,43 @@ def latency_detail(ix, meta):
                      num(ix.median(c["key"], "avg_us")), f"{ok}/{n}"))
     return table(("fabric / class", "bytes", "tool", "median µs", "avg µs", "runs ok"), rows,
                  "lrlrrr")
+
+
+def host_lines(runs):
+    """Every run's host cache-line round trip (ns), in run order."""
+    return [r["host_line_ns"] for r in runs if r.get("host_line_ns") is not None]
+
+
+def host_line(runs):
+    """The sentence on the host's level over the whole run, or None."""
+    lines = host_lines(runs)
+    if not lines:
+        return None
+    return (f"The host: a cache line's round trip between two processes, measured "
+            f"(`wimm_line_probe`, 20 ms) before each of {len(lines)} runs: median "
+            f"{statistics.median(lines):.0f} ns, {min(lines):.0f}-{max(lines):.0f} ns. On a VM "
+            "the host places the two vCPUs near or far from one run to the next, and every "
+            "intra-host latency moves with it (below: each latency goal's rounds).")
+
+
+def host_detail(ix, rows):
+    """Per latency goal and round: the round's ratio, and the host's line
+    round trip before wimm's run and before the peer's."""
+    out = []
+    for r in rows:
+        if "keys" not in r:
+            continue
+        wkey, pkey = r["keys"]
+        w, p = ix.by_round(wkey, "host_line_ns"), ix.by_round(pkey, "host_line_ns")
+        ratios = ix.round_ratio_map(wkey, pkey, r["field"])
+        cells = [f"{num(ratios.get(k))}x: {num(w.get(k), 0)} / {num(p.get(k), 0)}"
+                 for k in sorted(set(w) | set(p) | set(ratios))]
+        if w or p:
+            out.append((r["goal"], r["fabric"], ", ".join(cells)))
+    if not out:
+        return None
+    return table(("goal", "fabric", "per round: wimm / peer, then the host's line round trip "
+                  "(ns) before wimm's run / before the peer's"), out, "lll")
 
 
 def rate_detail(rows):
@@ -321,6 +359,7 @@ def render(data, stem):
              "is wimm's figure over the peer's in each round, for the rounds both have. The two "
              "runs of one round are seconds to minutes apart: on a host whose speed changes "
              "between them, the rounds show it where the medians cannot.",
+             *[x for x in (host_line(data["runs"]), host_detail(ix, verdicts)) if x],
              "### Message rate of the strategies vs the rate peers (msg/s, median of rounds)",
              "A `ucp_put_bw` put tells the receiver nothing (only the sender's final flush "
              "completes), like `write_poll`; a `ucp_am_bw` message runs a handler at the "

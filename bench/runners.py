@@ -302,3 +302,16 @@ def run_perftest(work, tool, device, size, iters, addr, timeout=PERFTEST_TIMEOUT
             rate = float(cols[4]) * 1e6
             return {"bw_Bps": rate * size, "msg_rate": rate, "cmd": shlex.join(argv)}
     raise RunError(f"{shlex.join(argv)}: no result line in {_tail(out)!r}")
+
+
+def run_line_probe(probe, ms=20):
+    """wimm_line_probe's round trip (ns), or None when it did not run: the
+    probe only describes the host, a run never fails on it."""
+    try:
+        done = subprocess.run([probe, "-t", str(ms)], capture_output=True, text=True,
+                              timeout=30)
+        if done.returncode == 0:
+            return json.loads(done.stdout.strip().splitlines()[-1])["line_rtt_ns"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+        pass
+    return None

@@ -52,8 +52,12 @@ class Index:
         """a / b round by round, for the rounds both have (in round order):
         what the ratio of the medians hides when a host changes speed
         between the two runs of one round."""
+        return list(self.round_ratio_map(key_a, key_b, name).values())
+
+    def round_ratio_map(self, key_a, key_b, name):
+        """{round: a / b} for the rounds both have, in round order."""
         a, b = self.by_round(key_a, name), self.by_round(key_b, name)
-        return [ratio(a[k], b[k]) for k in sorted(a) if k in b and b[k]]
+        return {k: ratio(a[k], b[k]) for k in sorted(a) if k in b and b[k]}
 
     def median(self, key, name):
         """Median over the rounds, or None when no run of the case succeeded."""

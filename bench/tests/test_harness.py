@@ -453,6 +453,59 @@ class UsageTest(unittest.TestCase):
         self.assertIn("no wimm executable under /nonexistent", done.stderr)
 
 
+class HostLineTest(unittest.TestCase):
+    """The host's level: wimm_line_probe, its record beside each run, its table."""
+
+    def probe(self):
+        wimm = os.environ.get("WIMM")
+        path = wimm and os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(wimm))),
+                                     "bench", "wimm_line_probe")
+        if not path or not os.access(path, os.X_OK):
+            self.skipTest("no wimm_line_probe beside $WIMM (ctest sets it)")
+        return path
+
+    def test_the_probe_measures_a_round_trip(self):
+        ns = runners.run_line_probe(self.probe(), ms=5)
+        self.assertIsNotNone(ns)
+        self.assertGreaterEqual(ns, 10.0)
+
+    def test_a_probe_that_fails_is_no_figure(self):
+        self.assertIsNone(runners.run_line_probe("/bin/false"))
+        self.assertIsNone(runners.run_line_probe("/nonexistent/wimm_line_probe"))
+
+    def test_each_run_of_a_round_carries_the_level_before_it(self):
+        class Levels:
+            records, levels = [], iter([100.0, 500.0, 110.0, 520.0])
+
+            def host_line(self):
+                return next(self.levels)
+
+            def execute(self, case, device):
+                return {"avg_us": 1.0}
+
+        r = Levels()
+        cases = [{"key": "a", "tool": "wimm"}, {"key": "b", "tool": "fi_pingpong"}]
+        harness.run_rounds(r, [cases], 2, None)
+        # Round 2 runs the group in reverse order.
+        self.assertEqual([(x["key"], x["round"], x["host_line_ns"]) for x in r.records],
+                         [("a", 1, 100.0), ("b", 1, 500.0), ("b", 2, 110.0), ("a", 2, 520.0)])
+
+    def test_the_report_shows_the_level_per_round(self):
+        runs = []
+        for rnd, (w, p) in enumerate(((120.0, 121.0), (510.0, 130.0)), start=1):
+            runs.append(run("lat|ipc|write_imm|8", "lat", rnd, avg_us=1.0 * rnd, host_line_ns=w))
+            runs.append(run("lat|shm|fi|8", "lat", rnd, tool="fi_pingpong", avg_us=2.0,
+                            host_line_ns=p))
+        row = {"goal": "latency 8 B", "fabric": "ipc", "keys": ("lat|ipc|write_imm|8",
+                                                                 "lat|shm|fi|8"),
+               "field": "avg_us"}
+        text = report.host_detail(Index(runs), [row, {"goal": "bandwidth"}])
+        self.assertIn("| latency 8 B | ipc | 0.50x: 120 / 121, 1.00x: 510 / 130 |", text)
+        self.assertIn("before each of 4 runs: median 126 ns, 120-510 ns", report.host_line(runs))
+        self.assertIsNone(report.host_line([run("k", "lat", 1, avg_us=1.0)]))
+        self.assertIsNone(report.host_detail(Index([]), [row]))
+
+
 class ReportTest(unittest.TestCase):
     def test_report_of_a_results_file(self):
         settings = plan.Settings(False, 5)
