@@ -73,6 +73,13 @@ def wimm_fabrics(wimm):
     return seen
 
 
+# A cache line's round trip between two processes takes 50-700 ns on the
+# hosts measured; one of 50 us or more means both ran on one CPU in turn:
+# another process held the other (line_probe.c). The run then waits.
+BUSY_LINE_NS = 50000
+BUSY_TRIES, BUSY_PAUSE_S = 5, 0.2
+
+
 class Runner:
     """Runs cases, keeps every record."""
 
@@ -84,6 +91,19 @@ class Runner:
         """The host's cache-line round trip between two processes now (ns),
         or None without the probe (it did not build, or failed)."""
         return runners.run_line_probe(self.probe) if self.probe else None
+
+    def settle(self, tries=BUSY_TRIES, pause=BUSY_PAUSE_S):
+        """The host's level before a run: probed again, after a pause, while
+        a CPU is taken (another process runs there: the last run's exit,
+        the kernel's own work), at most TRIES times. (the level, [the busy
+        probes before it])."""
+        busy = []
+        line = self.host_line()
+        while line is not None and line >= BUSY_LINE_NS and len(busy) < tries:
+            busy.append(line)
+            time.sleep(pause)
+            line = self.host_line()
+        return line, busy
 
     def execute(self, case, device=None):
         tool = case["tool"]
@@ -218,10 +238,13 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=N
                 else:
                     # Where the host has put our CPUs right before the run:
                     # intra-host figures move with it (line_probe.c).
-                    line = runner.host_line()
+                    # A run starts once no other process holds a CPU.
+                    line, busy = runner.settle()
                     record = attempt(runner, case, device, failed)
                     if line is not None:
                         record["host_line_ns"] = line
+                    if busy:
+                        record["host_busy_ns"] = busy
                 record["round"] = rnd
                 runner.records.append(record)
             # A run killed from outside (the guest's time limit) leaves

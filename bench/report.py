@@ -147,11 +147,14 @@ def host_line(runs):
     lines = host_lines(runs)
     if not lines:
         return None
+    waited = sum(1 for r in runs if r.get("host_busy_ns"))
     return (f"The host: a cache line's round trip between two processes, measured "
             f"(`wimm_line_probe`, 20 ms) before each of {len(lines)} runs: median "
             f"{statistics.median(lines):.0f} ns, {min(lines):.0f}-{max(lines):.0f} ns. On a VM "
             "the host places the two vCPUs near or far from one run to the next, and every "
-            "intra-host latency moves with it (below: each latency goal's rounds).")
+            "intra-host latency moves with it (below: each latency goal's rounds)."
+            + (f" {waited} runs first waited (0.2 s at a time, at most 5 times) while a "
+               "probe took 50 µs or more: another process held a CPU." if waited else ""))
 
 
 def host_detail(ix, rows):

@@ -474,8 +474,10 @@ class HostLineTest(unittest.TestCase):
         self.assertIsNone(runners.run_line_probe("/nonexistent/wimm_line_probe"))
 
     def test_each_run_of_a_round_carries_the_level_before_it(self):
-        class Levels:
-            records, levels = [], iter([100.0, 500.0, 110.0, 520.0])
+        class Levels(harness.Runner):
+            def __init__(self, levels):
+                super().__init__("wimm", "/nonexistent", "127.0.0.1")
+                self.levels = iter(levels)
 
             def host_line(self):
                 return next(self.levels)
@@ -483,12 +485,28 @@ class HostLineTest(unittest.TestCase):
             def execute(self, case, device):
                 return {"avg_us": 1.0}
 
-        r = Levels()
+        r = Levels([100.0, 500.0, 110.0, 520.0])
         cases = [{"key": "a", "tool": "wimm"}, {"key": "b", "tool": "fi_pingpong"}]
         harness.run_rounds(r, [cases], 2, None)
         # Round 2 runs the group in reverse order.
         self.assertEqual([(x["key"], x["round"], x["host_line_ns"]) for x in r.records],
                          [("a", 1, 100.0), ("b", 1, 500.0), ("b", 2, 110.0), ("a", 2, 520.0)])
+
+    def test_a_run_waits_while_a_cpu_is_taken(self):
+        class Levels(harness.Runner):
+            def __init__(self, levels):
+                super().__init__("wimm", "/nonexistent", "127.0.0.1")
+                self.levels = iter(levels)
+
+            def host_line(self):
+                return next(self.levels)
+
+        # Busy twice, then a level: the run starts after two pauses.
+        self.assertEqual(Levels([2e6, 1.2e6, 130.0]).settle(pause=0), (130.0, [2e6, 1.2e6]))
+        # Busy every time: it starts after TRIES pauses, the last figure kept.
+        self.assertEqual(Levels([9e5] * 4).settle(tries=3, pause=0), (9e5, [9e5] * 3))
+        # No probe: no figure, no wait.
+        self.assertEqual(Levels([None]).settle(pause=0), (None, []))
 
     def test_the_report_shows_the_level_per_round(self):
         runs = []
@@ -502,6 +520,9 @@ class HostLineTest(unittest.TestCase):
         text = report.host_detail(Index(runs), [row, {"goal": "bandwidth"}])
         self.assertIn("| latency 8 B | ipc | 0.50x: 120 / 121, 1.00x: 510 / 130 |", text)
         self.assertIn("before each of 4 runs: median 126 ns, 120-510 ns", report.host_line(runs))
+        self.assertNotIn("waited", report.host_line(runs))
+        runs[0]["host_busy_ns"] = [2e6]
+        self.assertIn("1 runs first waited", report.host_line(runs))
         self.assertIsNone(report.host_line([run("k", "lat", 1, avg_us=1.0)]))
         self.assertIsNone(report.host_detail(Index([]), [row]))
 
