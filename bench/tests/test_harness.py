@@ -453,6 +453,20 @@ class UsageTest(unittest.TestCase):
         self.assertIn("no wimm executable under /nonexistent", done.stderr)
 
 
+class ScriptedLevels(harness.Runner):
+    """A runner whose probe reads LEVELS in turn and whose runs all succeed."""
+
+    def __init__(self, levels):
+        super().__init__("wimm", "/nonexistent", "127.0.0.1")
+        self.levels = iter(levels)
+
+    def host_line(self):
+        return next(self.levels)
+
+    def execute(self, case, device):
+        return {"avg_us": 1.0}
+
+
 class HostLineTest(unittest.TestCase):
     """The host's level: wimm_line_probe, its record beside each run, its table."""
 
@@ -474,18 +488,7 @@ class HostLineTest(unittest.TestCase):
         self.assertIsNone(runners.run_line_probe("/nonexistent/wimm_line_probe"))
 
     def test_each_run_of_a_round_carries_the_level_before_it(self):
-        class Levels(harness.Runner):
-            def __init__(self, levels):
-                super().__init__("wimm", "/nonexistent", "127.0.0.1")
-                self.levels = iter(levels)
-
-            def host_line(self):
-                return next(self.levels)
-
-            def execute(self, case, device):
-                return {"avg_us": 1.0}
-
-        r = Levels([100.0, 500.0, 110.0, 520.0])
+        r = ScriptedLevels([100.0, 500.0, 110.0, 520.0])
         cases = [{"key": "a", "tool": "wimm"}, {"key": "b", "tool": "fi_pingpong"}]
         harness.run_rounds(r, [cases], 2, None)
         # Round 2 runs the group in reverse order.
@@ -493,20 +496,12 @@ class HostLineTest(unittest.TestCase):
                          [("a", 1, 100.0), ("b", 1, 500.0), ("b", 2, 110.0), ("a", 2, 520.0)])
 
     def test_a_run_waits_while_a_cpu_is_taken(self):
-        class Levels(harness.Runner):
-            def __init__(self, levels):
-                super().__init__("wimm", "/nonexistent", "127.0.0.1")
-                self.levels = iter(levels)
-
-            def host_line(self):
-                return next(self.levels)
-
         # Busy twice, then a level: the run starts after two pauses.
-        self.assertEqual(Levels([2e6, 1.2e6, 130.0]).settle(pause=0), (130.0, [2e6, 1.2e6]))
+        self.assertEqual(ScriptedLevels([2e6, 1.2e6, 130.0]).settle(pause=0), (130.0, [2e6, 1.2e6]))
         # Busy every time: it starts after TRIES pauses, the last figure kept.
-        self.assertEqual(Levels([9e5] * 4).settle(tries=3, pause=0), (9e5, [9e5] * 3))
+        self.assertEqual(ScriptedLevels([9e5] * 4).settle(tries=3, pause=0), (9e5, [9e5] * 3))
         # No probe: no figure, no wait.
-        self.assertEqual(Levels([None]).settle(pause=0), (None, []))
+        self.assertEqual(ScriptedLevels([None]).settle(pause=0), (None, []))
 
     def test_the_report_shows_the_level_per_round(self):
         runs = []
