@@ -10,7 +10,8 @@ so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
 (-run2, -run3.. when that exists: no results file is overwritten), then
 writes the report (report.py): the markdown tables with the verdicts and
 the PNG plots. --only REGEX: only the cases whose key matches.
-BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5).
+BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5; on the host the
+latency goals run 3N).
 Progress goes to stderr. Exits 1 when a tool ran another transport than the
 one claimed (its figures would be mislabelled), 2 on bad usage.
 """
@@ -216,19 +217,30 @@ def calibrate_case(runner, case, seconds, device, failed, records):
     return plan.with_count(case, *best)
 
 
+def total_runs(groups, rounds):
+    """Runs in all rounds: a case's own rounds (the latency goals') or ROUNDS."""
+    return sum(c.get("rounds", rounds) for g in groups for c in g)
+
+
 def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=None):
-    total = rounds * sum(len(g) for g in groups)
+    total = total_runs(groups, rounds)
+    last = max((c.get("rounds", rounds) for g in groups for c in g), default=rounds)
     done, start = 0, time.monotonic()
     # key -> error: a case that timed out once (calibration included) is not retried
     failed = {} if failed is None else failed
-    for rnd in range(1, rounds + 1):
+    for rnd in range(1, last + 1):
         for group in groups:
+            # The cases with rounds left, in turn as before.
+            group = [c for c in group if c.get("rounds", rounds) >= rnd]
+            if not group:
+                continue
             order = group if rnd % 2 else list(reversed(group))
             for case in order:
                 done += 1
                 elapsed = time.monotonic() - start
                 left = elapsed / (done - 1) * (total - done + 1) if done > 1 else 0
-                say(f"round {rnd}/{rounds} [{done}/{total}, {elapsed / 60:.1f} min, "
+                say(f"round {rnd}/{case.get('rounds', rounds)} [{done}/{total}, "
+                    f"{elapsed / 60:.1f} min, "
                     f"~{left / 60:.1f} min left] {case['key']}")
                 if case["key"] in failed:
                     record = {k: v for k, v in case.items() if k != "args"}
@@ -437,7 +449,7 @@ def main():
             meta["aborted"] = str(e)
         except KeyboardInterrupt:
             meta["aborted"] = (f"interrupted after {len(runner.records)} of "
-                               f"{rounds * sum(len(g) for g in groups)} runs: the later "
+                               f"{total_runs(groups, rounds)} runs: the later "
                                "groups have fewer rounds than the earlier ones")
             say(meta["aborted"])
         finally:

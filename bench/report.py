@@ -68,7 +68,10 @@ def header(meta):
              f"Machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}; load average "
              f"before / after: {meta['load_before']} / {meta.get('load_after', '?')}."
              + (f" {m['note']}." if m.get("note") else ""),
-             f"Run: {mode}, {s['rounds']} interleaved rounds (wimm's runs and the peers' in "
+             f"Run: {mode}, {s['rounds']} interleaved rounds"
+             + (f", {s['lat_rounds']} for the latency goals"
+                if s.get("lat_rounds", s["rounds"]) != s["rounds"] else "")
+             + " (wimm's runs and the peers' in "
              f"turn, the order reversed every other round), {meta.get('minutes', '?')} min; "
              f"{where}. Each figure is the median over the rounds of each run's figure; every "
              "run is in the JSON file beside this one.",

@@ -495,6 +495,27 @@ class HostLineTest(unittest.TestCase):
         self.assertEqual([(x["key"], x["round"], x["host_line_ns"]) for x in r.records],
                          [("a", 1, 100.0), ("b", 1, 500.0), ("b", 2, 110.0), ("a", 2, 520.0)])
 
+    def test_a_case_with_more_rounds_runs_on_alone(self):
+        r = ScriptedLevels([100.0] * 8)
+        lat = [{"key": "lat-w", "tool": "wimm", "rounds": 3},
+               {"key": "lat-p", "tool": "fi_pingpong", "rounds": 3}]
+        harness.run_rounds(r, [lat, [{"key": "rate-w", "tool": "wimm"}]], 2, None)
+        self.assertEqual([(x["key"], x["round"]) for x in r.records],
+                         [("lat-w", 1), ("lat-p", 1), ("rate-w", 1),
+                          ("lat-p", 2), ("lat-w", 2), ("rate-w", 2),
+                          ("lat-w", 3), ("lat-p", 3)])
+        self.assertEqual(harness.total_runs([lat, [{"key": "rate-w"}]], 2), 8)
+
+    def test_the_latency_goals_have_three_times_the_rounds_on_the_host(self):
+        host, guest = plan.Settings(False, 5), plan.Settings(False, 5, guest=True)
+        self.assertEqual((host.lat_rounds, guest.lat_rounds), (15, 5))
+        groups = plan.build(host, ["ipc"], {"fi_pingpong"})
+        rounds = {c["key"]: c.get("rounds", 5) for g in groups for c in g}
+        self.assertEqual(rounds["lat|ipc|write_imm|8"], 15)
+        self.assertEqual(rounds["lat|intra-host|fi_pingpong -p shm -e rdm|8"], 15)
+        self.assertEqual(rounds["curve_lat|ipc|write_imm|1"], 5)
+        self.assertEqual(rounds["rate|ipc|write_imm|8"], 5)
+
     def test_a_run_waits_while_a_cpu_is_taken(self):
         # Busy twice, then a level: the run starts after two pauses.
         self.assertEqual(ScriptedLevels([2e6, 1.2e6, 130.0]).settle(pause=0), (130.0, [2e6, 1.2e6]))
