@@ -74,13 +74,6 @@ def wimm_fabrics(wimm):
     return seen
 
 
-# A cache line's round trip between two processes takes 50-700 ns on the
-# hosts measured; one of 50 us or more means both ran on one CPU in turn:
-# another process held the other (line_probe.c). The run then waits.
-BUSY_LINE_NS = 50000
-BUSY_TRIES, BUSY_PAUSE_S = 5, 0.2
-
-
 class Runner:
     """Runs cases, keeps every record."""
 
@@ -93,14 +86,14 @@ class Runner:
         or None without the probe (it did not build, or failed)."""
         return runners.run_line_probe(self.probe) if self.probe else None
 
-    def settle(self, tries=BUSY_TRIES, pause=BUSY_PAUSE_S):
+    def settle(self, tries=plan.BUSY_TRIES, pause=plan.BUSY_PAUSE_S):
         """The host's level before a run: probed again, after a pause, while
         a CPU is taken (another process runs there: the last run's exit,
         the kernel's own work), at most TRIES times. (the level, [the busy
         probes before it])."""
         busy = []
         line = self.host_line()
-        while line is not None and line >= BUSY_LINE_NS and len(busy) < tries:
+        while line is not None and line >= plan.BUSY_LINE_NS and len(busy) < tries:
             busy.append(line)
             time.sleep(pause)
             line = self.host_line()
@@ -231,10 +224,10 @@ def run_rounds(runner, groups, rounds, device, checkpoint=lambda: None, failed=N
     for rnd in range(1, last + 1):
         for group in groups:
             # The cases with rounds left, in turn as before.
-            group = [c for c in group if c.get("rounds", rounds) >= rnd]
-            if not group:
+            active = [c for c in group if c.get("rounds", rounds) >= rnd]
+            if not active:
                 continue
-            order = group if rnd % 2 else list(reversed(group))
+            order = active if rnd % 2 else list(reversed(active))
             for case in order:
                 done += 1
                 elapsed = time.monotonic() - start

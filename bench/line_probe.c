@@ -12,7 +12,8 @@
  *   -t MS   stop after about MS milliseconds (default 20)
  *   -n MAX  stop after MAX round trips (default 1000000)
  * Output: one JSON line {"line_rtt_ns": ..., "round_trips": ..., "ms": ...}.
- * Exit status: 0 done, 1 the system refused (fork, mmap), 2 bad flags. */
+ * Exit status: 0 done, 1 the system refused (fork, mmap) or the child died,
+ * 2 bad flags. */
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -37,6 +38,9 @@ struct lines {
 #define STOP UINT64_MAX
 /* Round trips between two looks at the clock. */
 #define BLOCK 16
+/* Spins on the child's line between two looks at whether it still lives:
+ * a round trip takes far fewer, so the measured ones never look. */
+#define SPINS_PER_CHECK 65536
 
 static uint64_t now_ns(void)
 {
@@ -87,6 +91,23 @@ static void child(struct lines *l, pid_t parent)
 	}
 }
 
+/* Wait for the child's answer v. 0, or -1 when the child is gone (killed,
+ * or it could not set itself up): the probe then fails, it does not hang. */
+static int await_pong(struct lines *l, uint64_t v, pid_t child_pid)
+{
+	for (unsigned spins = 0; l->pong != v;) {
+		if (++spins % SPINS_PER_CHECK == 0 && waitpid(child_pid, NULL, WNOHANG) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int child_gone(void)
+{
+	fprintf(stderr, "wimm_line_probe: the child process stopped answering\n");
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	long ms = 20, max = 1000000;
@@ -120,16 +141,16 @@ int main(int argc, char **argv)
 	/* The first round trip waits for the child to be scheduled at all:
 	 * not part of the figure. */
 	l->ping = 1;
-	while (l->pong != 1)
-		;
+	if (await_pong(l, 1, pid))
+		return child_gone();
 	uint64_t start = now_ns(), deadline = start + (uint64_t)ms * 1000000u, done = 0;
 	uint64_t end = start;
 	while (done < (uint64_t)max && end < deadline) {
 		for (int i = 0; i < BLOCK && done < (uint64_t)max; i++) {
 			uint64_t v = done + 2;
 			l->ping = v;
-			while (l->pong != v)
-				;
+			if (await_pong(l, v, pid))
+				return child_gone();
 			done++;
 		}
 		end = now_ns();

@@ -31,6 +31,14 @@ def strategies(fabric, atomics):
     return [op for op in STRATEGIES + [ATOMIC_STRATEGY] if runs_on(op, fabric, atomics)]
 
 
+# A cache line's round trip between two processes takes 50-700 ns on the
+# hosts measured; one of 50 us or more means both ran on one CPU in turn:
+# another process held the other (line_probe.c). A run then waits, a pause
+# at a time, at most BUSY_TRIES times (harness.Runner.settle).
+BUSY_LINE_NS = 50000
+BUSY_TRIES, BUSY_PAUSE_S = 5, 0.2
+
+
 class Settings:
     """Sizes, iterations and rounds: the quick default or BENCH_FULL."""
 

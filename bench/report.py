@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import goals  # noqa: E402
-from plan import WAIT_MODES, transport_class  # noqa: E402
+from plan import BUSY_LINE_NS, BUSY_PAUSE_S, BUSY_TRIES, WAIT_MODES, transport_class  # noqa: E402
 from stats import Index  # noqa: E402
 
 
@@ -156,8 +156,9 @@ def host_line(runs):
             f"{statistics.median(lines):.0f} ns, {min(lines):.0f}-{max(lines):.0f} ns. On a VM "
             "the host places the two vCPUs near or far from one run to the next, and every "
             "intra-host latency moves with it (below: each latency goal's rounds)."
-            + (f" {waited} runs first waited (0.2 s at a time, at most 5 times) while a "
-               "probe took 50 µs or more: another process held a CPU." if waited else ""))
+            + (f" {waited} runs first waited ({BUSY_PAUSE_S} s at a time, at most {BUSY_TRIES} "
+               f"times) while a probe took {BUSY_LINE_NS / 1000:.0f} µs or more: another "
+               "process held a CPU." if waited else ""))
 
 
 def host_detail(ix, rows):
