@@ -10,8 +10,8 @@ so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
 (-run2, -run3.. when that exists: no results file is overwritten), then
 writes the report (report.py): the markdown tables with the verdicts and
 the PNG plots. --only REGEX: only the cases whose key matches.
-BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5; on the host the
-latency goals run 3N).
+BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5; the latency
+goals run 3N).
 Progress goes to stderr. Exits 1 when a tool ran another transport than the
 one claimed (its figures would be mislabelled), 2 on bad usage.
 """

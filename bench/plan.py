@@ -47,10 +47,10 @@ class Settings:
         # The latency goals' runs last a fraction of a second, and the host
         # moves its vCPUs between near and far cores from one to the next
         # (a ping-pong's latency with them: line_probe.c): three times the
-        # rounds, for a seventh of the host's run. The guest's level moves
-        # as much (its run of 2026-12-07 03:33: one goal's rounds 0.81-1.43,
-        # its verdict the opposite of the run before), and its latency runs
-        # take about 1.1 s each: the same three times, about 2.5 minutes.
+        # rounds (the host's run of 2026-12-07: 15.4 -> 17.2 min). The
+        # guest's level moves as much (its run of 03:33: one goal's rounds
+        # 0.81-1.43, its verdict the opposite of the run before): the same
+        # three times there (11.6 -> 13.6 min).
         self.lat_rounds = 3 * rounds
         scale = 10 if guest else 1  # the TCG guest is about ten times slower
         self.lat_sizes = [8, 1200]
