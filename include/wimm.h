@@ -15,7 +15,8 @@
  * - imm values are host-order uint32_t everywhere in this API; byte order on
  *   the wire is the backend's business.
  * - Thread safety: a context and every object made from it (regions,
- *   listeners, connections) must be used by one thread at a time. Different
+ *   listeners, connections, counters, prepared operations) must be used by
+ *   one thread at a time. Different
  *   contexts are fully independent: give each thread its own context, the way
  *   each thread owns a completion queue. wimm_strerror() and the imm layout
  *   functions are thread-safe.
@@ -158,8 +159,9 @@ struct wimm_ctx_attr {
  * NOMEM, PROVIDER. */
 int wimm_ctx_open(const char *uri, const struct wimm_ctx_attr *attr, struct wimm_ctx **out);
 
-/* Close a context. All its connections, listeners and regions must have
- * been deleted first (else WIMM_E_BUSY and nothing is closed). */
+/* Close a context. All its connections, listeners, regions and prepared
+ * operations must have been deleted first (else WIMM_E_BUSY and nothing is
+ * closed). */
 int wimm_ctx_close(struct wimm_ctx **ctx);
 
 /* The fabric URI the context resolved to (e.g. "ofi:tcp" for "auto"). */
@@ -211,7 +213,8 @@ int wimm_mr_reg(struct wimm_ctx *ctx, void *addr, size_t len, unsigned access,
  * (NULL ctx or out, len 0, unknown access bits), NOMEM, PROVIDER
  * (memfd_create or mmap refused: wimm_provider_error says which). */
 int wimm_mr_alloc(struct wimm_ctx *ctx, size_t len, unsigned access, struct wimm_mr **out);
-/* Deregister. WIMM_E_BUSY if a live connection still exposes it. */
+/* Deregister. WIMM_E_BUSY if a live connection still exposes it or a
+ * prepared operation (wimm_prep_new) still sends from it. */
 int wimm_mr_dereg(struct wimm_mr **mr);
 void *wimm_mr_addr(const struct wimm_mr *mr);
 size_t wimm_mr_len(const struct wimm_mr *mr);
@@ -451,6 +454,49 @@ int wimm_fetch_add(struct wimm_conn *c, struct wimm_mr *result, size_t result_of
 		   uint64_t add, unsigned flags);
 int wimm_cmp_swap(struct wimm_conn *c, struct wimm_mr *result, size_t result_off, size_t dst_off,
 		  uint64_t compare, uint64_t swap, unsigned flags);
+
+/* ---------------------------------------------------- prepared operations */
+
+/* A prepared operation: a write-with-imm, plain write or send-with-imm
+ * whose connection, source range and destination range are checked once,
+ * at wimm_prep_new, and which is then posted any number of times with
+ * wimm_prep_post, each time with its own imm and flags. The fabric's
+ * request is built once too where the backend can (verbs: the work
+ * request, so a post is the provider's post alone). For a reply or a push
+ * that goes out again and again from the same bytes to the same place: a
+ * ping-pong's answer, a worker's gradient shard, a server's
+ * acknowledgement. The bytes are read at each post, as the operation's
+ * would be. */
+struct wimm_prep;
+
+/* Prepare op (WIMM_OP_WRITE_IMM, WIMM_OP_WRITE or WIMM_OP_SEND_IMM) of len
+ * bytes from src[src_off..] to the peer's window at dst_off (SEND_IMM:
+ * into a receive buffer, dst_off must be 0). Checked as that operation
+ * checks at its post, with the same errors: INVAL (NULL connection or out,
+ * another op, src not of the connection's context, dst_off with SEND_IMM),
+ * LOCAL_BOUNDS, NOWINDOW, BOUNDS, PERM, TOOBIG, NORECV and TRUNC
+ * (SEND_IMM), DISCONNECTED (the connection is down), NOMEM. The op and a
+ * SEND_IMM's dst_off are checked first, then the rest in the operation's
+ * own order. src is held when len > 0 (a zero-length doorbell may pass src
+ * NULL and holds nothing): wimm_mr_dereg returns BUSY until the prepared
+ * operation is deleted. */
+int wimm_prep_new(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+		  size_t dst_off, size_t len, struct wimm_prep **out);
+
+/* Post the prepared operation with doorbell imm (ignored by a plain
+ * write) and flags (WIMM_F_SIGNAL, WIMM_F_WAIT): what the operation's own
+ * call would do with the prepared arguments, with the same events and
+ * credits. Errors, each with nothing posted: INVAL (NULL p, bad flags),
+ * AGAIN (no credit or send queue full), TIMEDOUT (WIMM_F_WAIT),
+ * DISCONNECTED (the connection is down or was deleted), PROVIDER. */
+int wimm_prep_post(struct wimm_prep *p, uint32_t imm, unsigned flags);
+
+/* Free a prepared operation and release its source region. Accepts NULL
+ * and *p == NULL; clears *p. Operations it posted are not affected. May
+ * come before or after its connection's wimm_conn_delete: a connection
+ * deleted first leaves its prepared operations to be deleted, posting
+ * none (DISCONNECTED). Returns 0. */
+int wimm_prep_delete(struct wimm_prep **p);
 
 /* ----------------------------------------------------------------- events */
 

@@ -283,6 +283,17 @@ struct wimm_backend_ops {
 	 * lost; NOTSUP when this write cannot be stored (the core then
 	 * post()s it). NULL: never. */
 	int (*store)(void *bconn, uint64_t raddr, uint64_t rkey, const void *src, size_t len);
+	/* Optional, all three or none: a prepared operation's request, built
+	 * once from wr (WRITE_IMM, WRITE or SEND_IMM, checked by the core)
+	 * into *bprep, which does not depend on bconn staying alive (the core
+	 * frees it with prep_delete, before or after conn_delete). prep_post
+	 * posts it with the contract of post(), taking from wr only what
+	 * changes from post to post: imm, signal and op_seq (the rest is as
+	 * at prep_new). prep_new: NOMEM. NULL: the core post()s the prepared
+	 * wr. */
+	int (*prep_new)(void *bconn, const struct wimm_wr *wr, void **bprep);
+	int (*prep_post)(void *bconn, void *bprep, const struct wimm_wr *wr);
+	void (*prep_delete)(void *bprep);
 	/* Hand `n` consumed receive slots (oldest first) back to the
 	 * receive queue; post them in one batch. */
 	int (*rx_release)(void *bconn, uint32_t n);

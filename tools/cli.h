@@ -71,6 +71,7 @@ struct bench_opts {
 	size_t chunk;	   /* bulk: bytes per write */
 	int notify_each;   /* bulk: a doorbell per chunk; 0: plain writes, one doorbell last */
 	int memory_reg;	   /* --memory reg: malloc + wimm_mr_reg, not wimm_mr_alloc */
+	int post_call;	   /* --post call: each message by its operation's call, not prepared */
 };
 
 /* ------------------------------------------------------------ options.c */
@@ -127,6 +128,12 @@ struct endpoint {
 	uint64_t atomics_done; /* write_atomic: completions of our adds, reaped */
 	struct wimm_listener *listener;
 	struct wimm_conn *conn;
+	/* The messages' operations, prepared once (msg_prepare), NULL with
+	 * --post call: the message from source slot 0 and 1 (write_poll
+	 * alternates), write_send's notice and the zero-length acknowledgement. */
+	struct wimm_prep *prep_msg[2];
+	struct wimm_prep *prep_notice;
+	struct wimm_prep *prep_ack;
 	struct wimm_event backlog[EP_BACKLOG];
 	int backlog_head;
 	int backlog_count;
@@ -154,6 +161,8 @@ _Noreturn void cli_die(const char *fmt, ...) CLI_PRINTF(1, 2);
 uint64_t cli_now_ns(void);
 
 void ep_open(struct endpoint *ep, const struct bench_opts *opts, const char *role);
+/* "write_imm", "read", ...: an operation's name for messages. */
+const char *ep_op_name(enum wimm_op op);
 /* Listen on host:port (port 0: any); returns the bound port. */
 int ep_listen(struct endpoint *ep, const char *host, int port);
 void ep_accept(struct endpoint *ep);
@@ -199,6 +208,17 @@ static inline void ep_post(struct endpoint *ep, enum wimm_op op, size_t src_off,
 	if (__builtin_expect(rc != 0, 0))
 		ep_post_retry(ep, op, src_off, dst_off, len, imm, flags, rc);
 }
+/* ep_post through a prepared operation p (NULL: ep_post itself); the
+ * arguments are p's, for the retry, which takes the operation's own call. */
+static inline void ep_post_prep(struct endpoint *ep, struct wimm_prep *p, enum wimm_op op,
+				size_t src_off, size_t dst_off, size_t len, uint32_t imm,
+				unsigned flags)
+{
+	int rc = p ? wimm_prep_post(p, imm, flags)
+		   : ep_post_once(ep, op, src_off, dst_off, len, imm, flags);
+	if (__builtin_expect(rc != 0, 0))
+		ep_post_retry(ep, op, src_off, dst_off, len, imm, flags, rc);
+}
 /* Spin until window[off] == want, driving progress. */
 void ep_wait_byte(struct endpoint *ep, size_t off, unsigned char want);
 /* Spin until the 64-bit word at window[off] == want (a larger value ends
@@ -210,6 +230,10 @@ int ep_last_event(struct endpoint *ep, struct wimm_event *out);
 
 /* ------------------------------------------------------------ messages.c */
 
+/* Prepare the strategy's operations on ep->conn (unless --post call);
+ * msg_unprepare deletes them. */
+void msg_prepare(struct endpoint *ep);
+void msg_unprepare(struct endpoint *ep);
 /* Send message number `seq` with the strategy of opts->op; flags apply to
  * the operation that completes the message. */
 void msg_send(struct endpoint *ep, uint32_t seq, unsigned flags);

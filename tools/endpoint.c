@@ -124,7 +124,7 @@ uint64_t cli_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static const char *wimm_op_name(enum wimm_op op)
+const char *ep_op_name(enum wimm_op op)
 {
 	switch (op) {
 	case WIMM_OP_WRITE_IMM:
@@ -354,6 +354,7 @@ void ep_accept(struct endpoint *ep)
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: close the listener", ep->role);
 	check_peer(ep);
+	msg_prepare(ep);
 }
 
 void ep_connect(struct endpoint *ep, const char *host, int port)
@@ -365,6 +366,7 @@ void ep_connect(struct endpoint *ep, const char *host, int port)
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: connect to %s", ep->role, addr);
 	check_peer(ep);
+	msg_prepare(ep);
 }
 
 /* The context's counters, one labelled line each (wimm rate --stats). */
@@ -394,6 +396,7 @@ void ep_close(struct endpoint *ep)
 {
 	if (ep->opts->stats && ep->ctx)
 		ep_print_stats(ep);
+	msg_unprepare(ep);
 	int rc = wimm_conn_delete(&ep->conn);
 	if (rc < 0)
 		cli_fail(ep->ctx, rc, "%s: close the connection", ep->role);
@@ -423,7 +426,7 @@ void ep_close(struct endpoint *ep)
 static _Noreturn void fail_event(const struct endpoint *ep, const struct wimm_event *ev)
 {
 	int status = ev->status != 0 ? ev->status : WIMM_E_PROVIDER;
-	fprintf(stderr, "wimm: %s: %s #%llu failed: %s (%s)", ep->role, wimm_op_name(ev->op),
+	fprintf(stderr, "wimm: %s: %s #%llu failed: %s (%s)", ep->role, ep_op_name(ev->op),
 		(unsigned long long)ev->op_seq, wimm_strerror(status), wimm_err_name(status));
 	if (ev->prov_err != 0)
 		fprintf(stderr, "; provider code %d", ev->prov_err);
@@ -617,8 +620,8 @@ void ep_post_retry(struct endpoint *ep, enum wimm_op op, size_t src_off, size_t 
 		if (rc == 0)
 			return;
 		if (rc != WIMM_E_AGAIN)
-			cli_fail(ep->ctx, rc, "%s: post %s of %zu bytes", ep->role,
-				 wimm_op_name(op), len);
+			cli_fail(ep->ctx, rc, "%s: post %s of %zu bytes", ep->role, ep_op_name(op),
+				 len);
 		/* No credit or a full send queue: polling lets the library
 		 * reap completions and read returned credits. The events
 		 * go to the backlog for later. */

@@ -40,33 +40,86 @@ static size_t source_slot(const struct endpoint *ep, uint32_t seq)
 	return ep->opts->op == OP_WRITE_POLL ? (seq & 1u) * ep->slot_len : 0;
 }
 
+/* The operation that carries a message's bytes under each strategy (the
+ * fetch-and-add of write_atomic is not prepared: its operand is its own). */
+static enum wimm_op data_op(enum bench_op op)
+{
+	switch (op) {
+	case OP_WRITE_IMM:
+		return WIMM_OP_WRITE_IMM;
+	case OP_SEND_IMM:
+		return WIMM_OP_SEND_IMM;
+	case OP_WRITE_SEND:
+	case OP_WRITE_POLL:
+	case OP_WRITE_ATOMIC:
+		break;
+	}
+	return WIMM_OP_WRITE;
+}
+
+static struct wimm_prep *prepare(struct endpoint *ep, enum wimm_op op, size_t src, size_t len)
+{
+	struct wimm_prep *p;
+	int rc = wimm_prep_new(ep->conn, op, len ? ep->source_mr : NULL, src, 0, len, &p);
+	if (rc)
+		cli_fail(ep->ctx, rc, "%s: prepare %s of %zu bytes", ep->role, ep_op_name(op), len);
+	return p;
+}
+
+void msg_prepare(struct endpoint *ep)
+{
+	size_t size = ep->opts->size;
+	enum bench_op op = ep->opts->op;
+
+	/* bulk posts its chunks by its own calls (bulk.c). */
+	if (ep->opts->post_call || ep->opts->mode == BENCH_BULK)
+		return;
+	/* write_atomic's write is its bytes: none at size 0. */
+	if (op != OP_WRITE_ATOMIC || size > 0)
+		ep->prep_msg[0] = prepare(ep, data_op(op), 0, size);
+	if (op == OP_WRITE_POLL)
+		ep->prep_msg[1] = prepare(ep, WIMM_OP_WRITE, ep->slot_len, size);
+	if (op == OP_WRITE_SEND)
+		ep->prep_notice = prepare(ep, WIMM_OP_SEND_IMM, 0, 0);
+	ep->prep_ack = prepare(ep, WIMM_OP_WRITE_IMM, 0, 0);
+}
+
+void msg_unprepare(struct endpoint *ep)
+{
+	wimm_prep_delete(&ep->prep_msg[0]);
+	wimm_prep_delete(&ep->prep_msg[1]);
+	wimm_prep_delete(&ep->prep_notice);
+	wimm_prep_delete(&ep->prep_ack);
+}
+
 void msg_send(struct endpoint *ep, uint32_t seq, unsigned flags)
 {
 	size_t size = ep->opts->size;
 	size_t src = source_slot(ep, seq);
+	struct wimm_prep *data = ep->prep_msg[src ? 1 : 0];
 
 	switch (ep->opts->op) {
 	case OP_WRITE_IMM:
-		ep_post(ep, WIMM_OP_WRITE_IMM, src, 0, size, seq, flags);
+		ep_post_prep(ep, data, WIMM_OP_WRITE_IMM, src, 0, size, seq, flags);
 		break;
 	case OP_WRITE_SEND:
 		/* Two operations: the data, then the notification. In one
 		 * connection the send cannot overtake the write. */
-		ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, 0);
-		ep_post(ep, WIMM_OP_SEND_IMM, src, 0, 0, seq, flags);
+		ep_post_prep(ep, data, WIMM_OP_WRITE, src, 0, size, 0, 0);
+		ep_post_prep(ep, ep->prep_notice, WIMM_OP_SEND_IMM, src, 0, 0, seq, flags);
 		break;
 	case OP_SEND_IMM:
-		ep_post(ep, WIMM_OP_SEND_IMM, src, 0, size, seq, flags);
+		ep_post_prep(ep, data, WIMM_OP_SEND_IMM, src, 0, size, seq, flags);
 		break;
 	case OP_WRITE_POLL:
 		ep->source[src + size - 1] = poll_flag(seq);
-		ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, flags);
+		ep_post_prep(ep, data, WIMM_OP_WRITE, src, 0, size, 0, flags);
 		break;
 	case OP_WRITE_ATOMIC:
 		/* The add follows the write on the connection: once the
 		 * receiver sees the count, the bytes are there. */
 		if (size > 0)
-			ep_post(ep, WIMM_OP_WRITE, src, 0, size, 0, 0);
+			ep_post_prep(ep, data, WIMM_OP_WRITE, src, 0, size, 0, 0);
 		ep_post(ep, WIMM_OP_FETCH_ADD, 0, ep->signal_off, 0, 0, flags);
 		break;
 	}
@@ -138,7 +191,7 @@ void msg_receive(struct endpoint *ep, uint32_t seq)
 
 void msg_send_ack(struct endpoint *ep, uint32_t imm, unsigned flags)
 {
-	ep_post(ep, WIMM_OP_WRITE_IMM, 0, 0, 0, imm, flags);
+	ep_post_prep(ep, ep->prep_ack, WIMM_OP_WRITE_IMM, 0, 0, 0, imm, flags);
 }
 
 void msg_receive_ack(struct endpoint *ep, uint32_t imm)
@@ -155,7 +208,7 @@ void msg_receive_ack(struct endpoint *ep, uint32_t imm)
 void msg_finish_client(struct endpoint *ep)
 {
 	struct wimm_event ev;
-	ep_post(ep, WIMM_OP_WRITE_IMM, 0, 0, 0, BYE_IMM, WIMM_F_SIGNAL);
+	ep_post_prep(ep, ep->prep_ack, WIMM_OP_WRITE_IMM, 0, 0, 0, BYE_IMM, WIMM_F_SIGNAL);
 	if (ep_last_event(ep, &ev))
 		expect_event(ep, &ev, WIMM_EV_SEND_DONE, 0, 0);
 }
@@ -176,7 +229,7 @@ void msg_send_poll_bulk(struct endpoint *ep, uint32_t n)
 	 * writes from it are in flight is harmless, and once is enough. */
 	ep->source[size - 1] = (unsigned char)POLL_BULK_FLAG;
 	for (uint32_t k = 0; k < n; k++)
-		ep_post(ep, WIMM_OP_WRITE, 0, 0, size, 0, 0);
+		ep_post_prep(ep, ep->prep_msg[0], WIMM_OP_WRITE, 0, 0, size, 0, 0);
 }
 
 void msg_send_poll_last(struct endpoint *ep, uint32_t round)
@@ -185,7 +238,7 @@ void msg_send_poll_last(struct endpoint *ep, uint32_t round)
 	/* Slot 1 is rewritten once per round, after the previous round was
 	 * acknowledged. */
 	ep->source[ep->slot_len + size - 1] = poll_round_flag(round);
-	ep_post(ep, WIMM_OP_WRITE, ep->slot_len, 0, size, 0, 0);
+	ep_post_prep(ep, ep->prep_msg[1], WIMM_OP_WRITE, ep->slot_len, 0, size, 0, 0);
 }
 
 void msg_receive_poll_round(struct endpoint *ep, uint32_t round)

@@ -120,6 +120,10 @@ static void usage_bench(FILE *f, enum bench_mode mode)
 	    "  --memory KIND where window and source live: alloc (wimm_mr_alloc: on ipc the\n"
 	    "                window is mapped into the writer) or reg (malloc + wimm_mr_reg:\n"
 	    "                copied in by the receiver) (default: alloc)\n"
+	    "  --post KIND   how messages are posted: prepared (each operation checked once\n"
+	    "                with wimm_prep_new, then wimm_prep_post per message, as perftest\n"
+	    "                builds its work request once) or call (wimm_write_imm and the\n"
+	    "                others per message) (default: prepared; bulk: always call)\n"
 	    "%s"
 	    "  -h, --help    this text\n"
 	    "\n"
@@ -259,6 +263,7 @@ enum long_only_flag {
 	FLAG_CHUNK,
 	FLAG_NOTIFY,
 	FLAG_MEMORY,
+	FLAG_POST,
 };
 
 /* A positive number of messages per second (decimals allowed). */
@@ -302,6 +307,7 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 	    {"chunk", required_argument, NULL, FLAG_CHUNK},
 	    {"notify", required_argument, NULL, FLAG_NOTIFY},
 	    {"memory", required_argument, NULL, FLAG_MEMORY},
+	    {"post", required_argument, NULL, FLAG_POST},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -391,6 +397,11 @@ void bench_parse(enum bench_mode mode, int argc, char **argv, struct bench_opts 
 			if (strcmp(optarg, "alloc") && strcmp(optarg, "reg"))
 				usage_error("unknown --memory '%s' (alloc, reg)", optarg);
 			out->memory_reg = strcmp(optarg, "reg") == 0;
+			break;
+		case FLAG_POST:
+			if (strcmp(optarg, "prepared") && strcmp(optarg, "call"))
+				usage_error("unknown --post '%s' (prepared, call)", optarg);
+			out->post_call = strcmp(optarg, "call") == 0;
 			break;
 		case FLAG_TIMEOUT:
 			timeout_s = parse_count("--timeout", optarg, 0, INT_MAX / 1000);

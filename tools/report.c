@@ -93,9 +93,9 @@ static void print_json(const struct bench_opts *opts, const struct bench_result 
 	printf("{\"mode\": \"%s\", \"fabric\": ", pingpong ? "pingpong" : "rate");
 	json_string(res->fabric);
 	printf(", \"op\": \"%s\", \"wait\": \"%s\", \"size\": %zu, \"iters\": %u, \"warmup\": %u"
-	       ", \"depth\": %u",
+	       ", \"depth\": %u, \"post\": \"%s\"",
 	       bench_op_name(opts->op), bench_wait_name(opts->wait_mode), opts->size, res->count,
-	       opts->warmup, res->depth);
+	       opts->warmup, res->depth, opts->post_call ? "call" : "prepared");
 	json_number("elapsed_s", (double)res->elapsed_ns / 1e9, 1);
 	json_number("min_us", pingpong ? lat->min_us : 0, pingpong);
 	json_number("max_us", pingpong ? lat->max_us : 0, pingpong);

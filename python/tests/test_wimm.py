@@ -412,3 +412,259 @@ def test_atomic_errors(make_pair):
         q.client.fetch_add(qres, 0, 8, -1)
     with pytest.raises(TypeError):
         q.client.cmp_swap(bytearray(8), 0, 8, 0, 1)
+
+
+def post_driving(pair, prep, imm, flags=0):
+    """prep.post(imm, flags), polling both sides while there is no credit (one thread
+    drives both, so F_WAIT could wait for a receiver that never polls). Returns the
+    doorbells the server's polls took meanwhile."""
+    deadline = time.monotonic() + timeout(10)
+    seen = []
+    while True:
+        try:
+            prep.post(imm, flags)
+            return seen
+        except wimm.Error as e:
+            assert e.name == "WIMM_E_AGAIN" and time.monotonic() < deadline, e
+        seen += [e for e in pair.sctx.poll() if e.type in (wimm.EV_WRITE_IMM, wimm.EV_SEND_IMM)]
+        pair.cctx.poll()
+
+
+def test_prepared_write_imm(make_pair):
+    # Prepared once, posted with a new imm each time: one event per post, in post
+    # order, and the bytes as they are at each post.
+    p = make_pair(rx_depth=8)
+    buf = bytearray(256)
+    src = p.cctx.register(buf)
+    imms = [0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xDEADBEEF]
+    with p.client.prepare(wimm.Op.WRITE_IMM, src, 16, 1000, 64) as prep:
+        assert (prep.conn, prep.op, prep.src, prep.length) == (p.client, wimm.Op.WRITE_IMM,
+                                                              src, 64)
+        for i, imm in enumerate(imms):
+            buf[16:80] = bytes([i + 1]) * 64
+            post_driving(p, prep, imm)
+            (ev,) = p.events(1)
+            assert (ev.type, ev.imm, ev.len, ev.conn) == (wimm.EV_WRITE_IMM, imm, 64, p.server)
+            assert p.window[1000:1064] == bytes([i + 1]) * 64
+        # Several in flight, then their events in post order.
+        seen = []
+        for imm in range(100, 104):
+            seen += post_driving(p, prep, imm)
+        seen += p.events(4 - len(seen))
+        assert [e.imm for e in seen] == list(range(100, 104))
+        with pytest.raises(ValueError):
+            prep.post(1 << 32)
+        with pytest.raises(ValueError):
+            prep.post(-1)
+        with pytest.raises(ValueError):
+            prep.post(1, 1 << 40)  # flags that C would truncate
+        with pytest.raises(wimm.Error) as e:
+            prep.post(1, 1 << 7)  # an unknown flag
+        assert e.value.name == "WIMM_E_INVAL"
+    with pytest.raises(ValueError):
+        prep.post(1)  # closed
+    prep.close()  # again: nothing
+    assert p.sctx.poll() == []  # the refused posts posted nothing
+
+
+def test_prepared_signal_and_credits(make_pair):
+    depth = 4
+    p = make_pair(rx_depth=depth)
+    src = p.cctx.register(bytearray(8))
+    prep = p.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 8)
+    # A doorbell takes a credit, as write_imm's does: depth posts, then AGAIN.
+    for i in range(depth):
+        prep.post(i)
+    with pytest.raises(wimm.Error) as e:
+        prep.post(99)
+    assert e.value.name == "WIMM_E_AGAIN" and e.value.code == wimm.E_AGAIN
+    assert [e.imm for e in p.events(depth)] == list(range(depth))
+    # Signaled: a SEND_DONE of op WRITE_IMM at the sender, the doorbell at the peer
+    # (both sides' events: the fixture's helpers drop the other side's).
+    post_driving(p, prep, 7, wimm.F_SIGNAL)
+    done, rung = [], []
+    deadline = time.monotonic() + timeout(10)
+    while not (done and rung):
+        done += [e for e in p.cctx.poll() if e.type == wimm.EV_SEND_DONE]
+        rung += [e for e in p.sctx.poll() if e.type == wimm.EV_WRITE_IMM]
+        assert time.monotonic() < deadline, f"events missing: {done} {rung}"
+    assert done[0].op == wimm.Op.WRITE_IMM and done[0].conn is p.client
+    assert [e.imm for e in rung] == [7]
+    # A pure doorbell needs no source.
+    bell = p.client.prepare(wimm.Op.WRITE_IMM, None, 0, 0, 0)
+    assert bell.src is None
+    post_driving(p, bell, 5)
+    assert [(e.imm, e.len) for e in p.events(1)] == [(5, 0)]
+    bell.close()
+    prep.close()
+
+
+def test_prepared_send_imm(make_pair):
+    p = make_pair(recv_size=256)
+    buf = bytearray(256)
+    src = p.cctx.register(buf)
+    prep = p.client.prepare(wimm.Op.SEND_IMM, src, 8, 0, 200)
+    for imm in (1, 2, 0x80000001):
+        buf[8:208] = bytes((imm + j) % 256 for j in range(200))
+        post_driving(p, prep, imm)
+        (ev,) = p.events(1)
+        assert (ev.type, ev.imm, ev.len) == (wimm.EV_SEND_IMM, imm, 200)
+        assert ev.data == bytes(buf[8:208])
+    for args, name in (((src, 0, 0, 257), "WIMM_E_LOCAL_BOUNDS"),
+                       ((src, 0, 8, 16), "WIMM_E_INVAL"),  # dst_off with SEND_IMM
+                       ((None, 0, 0, 0), None)):
+        if name is None:
+            p.client.prepare(wimm.Op.SEND_IMM, *args).close()  # zero length: fine
+            continue
+        with pytest.raises(wimm.Error) as e:
+            p.client.prepare(wimm.Op.SEND_IMM, *args)
+        assert e.value.name == name
+    prep.close()
+    q = make_pair(window_len=64, recv_size=16)
+    qsrc = q.cctx.register(bytearray(64))
+    with pytest.raises(wimm.Error) as e:
+        q.client.prepare(wimm.Op.SEND_IMM, qsrc, 0, 0, 17)
+    assert e.value.name == "WIMM_E_TRUNC"
+    r = make_pair(window_len=64)  # no receive buffers
+    rsrc = r.cctx.register(bytearray(8))
+    with pytest.raises(wimm.Error) as e:
+        r.client.prepare(wimm.Op.SEND_IMM, rsrc, 0, 0, 8)
+    assert e.value.name == "WIMM_E_NORECV"
+
+
+def test_prepared_write(pair):
+    data = bytearray(os.urandom(4096))
+    src = pair.cctx.register(data)
+    bell = pair.cctx.register(bytearray(8))
+    prep = pair.client.prepare(wimm.Op.WRITE, src, 0, 2000, 4096)
+    # Signaled: a SEND_DONE of op WRITE says it is done.
+    prep.post(flags=wimm.F_SIGNAL)
+    (done,) = pair.client_events(1, (wimm.EV_SEND_DONE,))
+    assert done.op == wimm.Op.WRITE
+    assert pair.window[2000:6096] == data
+    # Unsignaled, twice with new bytes: a doorbell after it on the connection
+    # announces it; the write itself raises no event at the peer.
+    for round_ in range(2):
+        data[:] = os.urandom(4096)
+        prep.post(12345)  # imm: ignored by a plain write
+        pair.client.write_imm(bell, 0, 0, 0, round_)
+        events = pair.events(1, types=tuple(wimm.EventType))
+        assert [(e.type, e.imm) for e in events] == [(wimm.EV_WRITE_IMM, round_)]
+        assert pair.window[2000:6096] == data
+    prep.close()
+
+
+def test_prepared_errors(make_pair, pair):
+    src = pair.cctx.register(bytearray(128))
+    wlen = len(pair.window)
+    cases = [
+        ((wimm.Op.WRITE_IMM, src, 0, wlen - 10, 11), "WIMM_E_BOUNDS"),
+        ((wimm.Op.WRITE, src, 0, wlen, 1), "WIMM_E_BOUNDS"),
+        ((wimm.Op.WRITE_IMM, src, 0, 1 << 40, 1), "WIMM_E_BOUNDS"),
+        ((wimm.Op.WRITE_IMM, src, 100, 0, 29), "WIMM_E_LOCAL_BOUNDS"),
+        ((wimm.Op.WRITE_IMM, src, 0, 0, (1 << 32) + 1), "WIMM_E_TOOBIG"),
+        ((wimm.Op.READ, src, 0, 0, 8), "WIMM_E_INVAL"),  # reads are not prepared
+        ((wimm.Op.FETCH_ADD, src, 0, 0, 8), "WIMM_E_INVAL"),
+        ((99, src, 0, 0, 8), "WIMM_E_INVAL"),
+        ((wimm.Op.WRITE_IMM, None, 0, 0, 8), "WIMM_E_INVAL"),  # bytes need a source
+    ]
+    for args, name in cases:
+        with pytest.raises(wimm.Error) as e:
+            pair.client.prepare(*args)
+        assert e.value.name == name, args
+        assert e.value.code == getattr(wimm, name[len("WIMM_"):])
+    with pytest.raises(ValueError):
+        pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, -1, 1)
+    with pytest.raises(TypeError):
+        pair.client.prepare(wimm.Op.WRITE_IMM, bytearray(8), 0, 0, 1)
+    with pytest.raises(TypeError):
+        pair.client.prepare("write_imm", src, 0, 0, 1)
+    other = pair.sctx.register(bytearray(8))
+    with pytest.raises(ValueError):
+        pair.client.prepare(wimm.Op.WRITE_IMM, other, 0, 0, 8)  # another context's region
+    assert pair.cctx._preps == {}  # nothing was made
+    # The source is held: deregistering it is BUSY until the Prep is closed.
+    prep = pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 128)
+    with pytest.raises(wimm.Error) as e:
+        src.deregister()
+    assert e.value.name == "WIMM_E_BUSY"
+    prep.post(3)  # the refused deregister left both usable
+    assert [e.imm for e in pair.events(1)] == [3]
+    prep.close()
+    src.deregister()
+    # A peer without a window, one whose window is not writable.
+    q = make_pair(window_len=0)
+    qsrc = q.cctx.register(bytearray(8))
+    with pytest.raises(wimm.Error) as e:
+        q.client.prepare(wimm.Op.WRITE_IMM, qsrc, 0, 0, 8)
+    assert e.value.name == "WIMM_E_NOWINDOW"
+    r = make_pair(window_len=64, access=wimm.REMOTE_READ)
+    rsrc = r.cctx.register(bytearray(8))
+    with pytest.raises(wimm.Error) as e:
+        r.client.prepare(wimm.Op.WRITE, rsrc, 0, 0, 8)
+    assert e.value.name == "WIMM_E_PERM"
+
+
+def test_prepared_source_kept_alive(pair):
+    # The Prep holds its region, which holds the buffer: dropping every other
+    # reference of the test's lets nothing go.
+    prep = pair.client.prepare(wimm.Op.WRITE_IMM, pair.cctx.register(Buf(b"held!")), 0, 10, 5)
+    alive = weakref.ref(prep.src.obj)
+    gc.collect()
+    assert alive() is not None
+    prep.post(1)
+    pair.events(1)
+    assert pair.window[10:15] == b"held!"
+    region = prep.src
+    prep.close()
+    region.deregister()
+    del region
+    gc.collect()
+    assert alive() is None, "a deregistered buffer should be released"
+
+
+def test_prepared_after_the_connection(pair):
+    src = pair.cctx.register(bytearray(16))
+    prep = pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 16)
+    send = pair.client.prepare(wimm.Op.WRITE, src, 0, 0, 16)
+    prep.post(1)
+    assert [e.imm for e in pair.events(1)] == [1]
+    pair.client.close()  # wimm_conn_delete: the Preps outlive it
+    for p in (prep, send):
+        with pytest.raises(wimm.Error) as e:
+            p.post(2)
+        assert e.value.name == "WIMM_E_DISCONNECTED"
+        with pytest.raises(wimm.Error) as e:
+            p.post(2, wimm.F_WAIT | wimm.F_SIGNAL)
+        assert e.value.name == "WIMM_E_DISCONNECTED"
+    with pytest.raises(wimm.Error) as e:
+        src.deregister()  # still held by the orphans
+    assert e.value.name == "WIMM_E_BUSY"
+    with pytest.raises(ValueError):
+        pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 16)  # the connection is closed
+    prep.close()
+    send.close()
+    src.deregister()
+
+
+def test_prepared_when_the_peer_leaves(pair):
+    src = pair.cctx.register(bytearray(16))
+    prep = pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 16)
+    pair.server.close()
+    pair.client_events(1, (wimm.EV_DISCONNECT,))
+    with pytest.raises(wimm.Error) as e:
+        prep.post(1)
+    assert e.value.name == "WIMM_E_DISCONNECTED"
+    with pytest.raises(wimm.Error) as e:
+        pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 16)  # a connection that is down
+    assert e.value.name == "WIMM_E_DISCONNECTED"
+    prep.close()
+
+
+def test_prepared_closed_with_the_context(pair):
+    src = pair.cctx.register(bytearray(16))
+    prep = pair.client.prepare(wimm.Op.WRITE_IMM, src, 0, 0, 16)
+    pair.cctx.close()  # closes the Prep first, so the region can go too
+    with pytest.raises(ValueError):
+        prep.post(1)
+    prep.close()

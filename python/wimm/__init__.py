@@ -31,6 +31,7 @@ __all__ = [
     "Region",
     "Listener",
     "Conn",
+    "Prep",
     "Event",
     "EventType",
     "Op",
@@ -230,6 +231,7 @@ _WRITE_IMM = _hot("wimm_write_imm")
 _WRITE = _hot("wimm_write")
 _SEND_IMM_FN = _hot("wimm_send_imm")
 _READ = _hot("wimm_read")
+_PREP_POST = _hot("wimm_prep_post")
 _POLL = _hot("wimm_poll")[0]
 _BATCH = 64  # events per poll: the size of a context's event array
 
@@ -250,7 +252,8 @@ class Context(_Scoped):
     Keyword arguments are struct wimm_ctx_attr's: cq_budget, spin_us,
     post_wait_ms, and polling=True for WIMM_CTX_POLLING. A context and its
     objects belong to one thread at a time. Closing it (or leaving the with
-    block) closes its connections, listeners and regions first.
+    block) closes its prepared operations, connections, listeners and regions
+    first.
     """
 
     EVENT_BATCH = _BATCH
@@ -268,6 +271,7 @@ class Context(_Scoped):
         self._conns = {}  # handle value -> Conn (events name them by pointer)
         self._listeners = {}
         self._regions = []
+        self._preps = {}  # handle value -> Prep (the C context counts them)
         self._events = (_lib.Event * self.EVENT_BATCH)()
         self._events_raw = memoryview(
             (ctypes.c_char * ctypes.sizeof(self._events)).from_buffer(self._events))
@@ -276,6 +280,8 @@ class Context(_Scoped):
     def close(self):
         if self._h is None:
             return
+        for p in list(self._preps.values()):
+            p.close()  # they hold their source regions
         for c in list(self._conns.values()):
             c.close()
         for listener in list(self._listeners.values()):
@@ -541,8 +547,8 @@ class Region(_Scoped):
         self.obj = None
 
     def deregister(self):
-        """Deregister (WIMM_E_BUSY while a live connection exposes it) and let go of
-        the buffer."""
+        """Deregister (WIMM_E_BUSY while a live connection exposes it or a prepared
+        operation sends from it) and let go of the buffer."""
         if self._h is None:
             return
         rc = lib.wimm_mr_dereg(ctypes.byref(self._h))
@@ -679,6 +685,34 @@ class Conn(_Child):
         self._atomic(lib.wimm_cmp_swap, "cmp_swap", result, result_off, dst_off,
                      (_u64("compare", compare), _u64("swap", swap)), flags)
 
+    def prepare(self, op, src, src_off, dst_off, length):
+        """A Prep: op (Op.WRITE_IMM, Op.WRITE or Op.SEND_IMM) of src[src_off:src_off+length]
+        to the peer's window at dst_off (SEND_IMM: into a receive buffer, dst_off 0),
+        checked once here with the operation's own errors, then posted any number of
+        times with Prep.post(imm, flags). The bytes are read at each post. src stays
+        registered (its deregister raises WIMM_E_BUSY) until the Prep is closed; a
+        zero-length WRITE_IMM (a pure doorbell) may pass src=None."""
+        if not isinstance(op, int):
+            self._handle()
+            raise TypeError(f"prepare: op must be a wimm.Op, not {type(op).__name__}")
+        if not -(2**31) <= op < 2**31:
+            raise ValueError(f"prepare: {op!r} is no wimm.Op")
+        if src is not None:
+            if not isinstance(src, Region):
+                self._handle()
+                raise TypeError(f"prepare: expected a Region, not {type(src).__name__}")
+            self._check(src, src_off, dst_off, length)
+        else:
+            for v in (src_off, dst_off, length):
+                if v < 0:
+                    raise ValueError(f"offsets and lengths must be >= 0, not {v}")
+        h = ctypes.c_void_p()
+        rc = lib.wimm_prep_new(self._handle(), int(op), None if src is None else src._h,
+                               src_off, dst_off, length, ctypes.byref(h))
+        if rc < 0:
+            _raise(rc, self.ctx._h, f"prepare {getattr(op, 'name', op)}")
+        return Prep(self, h, _OPS.get(op, op), src, src_off, dst_off, length)
+
     def _atomic(self, fn, what, region, result_off, dst_off, operands, flags):
         if not isinstance(region, Region):
             self._handle()
@@ -734,6 +768,59 @@ class Conn(_Child):
     @property
     def connected(self):
         return self.info().connected
+
+
+class Prep(_Scoped):
+    """A prepared operation (Conn.prepare): checked once, posted many times.
+
+    .conn, .op, .src, .src_off, .dst_off, .length are what it was prepared
+    with; it holds .src (and so its buffer) and .conn for as long as it lives.
+    Close it with .close() (wimm_prep_delete; again is a no-op), by leaving a
+    with block, or let the context close it. It may outlive its connection:
+    once the connection is closed (or down), post raises WIMM_E_DISCONNECTED."""
+
+    def __init__(self, conn, h, op, src, src_off, dst_off, length):
+        self.conn = conn
+        self.ctx = conn.ctx
+        self.op = op
+        self.src = src  # the C object holds the region: keep it, and its buffer
+        self.src_off = src_off
+        self.dst_off = dst_off
+        self.length = length
+        self._h = h
+        self.ctx._preps[h.value] = self
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("the prepared operation is closed")
+        return self._h
+
+    def post(self, imm=0, flags=0):
+        """Post it with doorbell imm (ignored by a plain WRITE) and flags (F_SIGNAL,
+        F_WAIT): what the operation's own call does, events and credits included.
+        Raises Error with nothing posted, e.g. WIMM_E_AGAIN without credit,
+        WIMM_E_DISCONNECTED once the connection is down or closed."""
+        if imm >> 31:  # as int32 for the fast call: same low 32 bits
+            imm = _u32("imm", imm) - 0x100000000
+        if flags >> 31:
+            if not 0 <= flags <= 0xFFFFFFFF:
+                raise ValueError("post: flags must be a combination of F_SIGNAL and F_WAIT")
+            rc = _PREP_POST[1](self._h, imm, flags)
+        else:
+            rc = _PREP_POST[0](self._h, imm, flags)
+        if rc:
+            self._handle()  # closed: passed as NULL, refused as INVAL
+            _raise(rc, self.ctx._h, f"post the prepared {getattr(self.op, 'name', self.op)}")
+
+    def close(self):
+        if self._h is None:
+            return
+        key = self._h.value
+        rc = lib.wimm_prep_delete(ctypes.byref(self._h))
+        if rc < 0:
+            _raise(rc, self.ctx._h, "close the prepared operation")
+        self._h = None
+        self.ctx._preps.pop(key, None)
 
 
 # ---------------------------------------------------------------- imm layouts

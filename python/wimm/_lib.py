@@ -138,6 +138,9 @@ _SIGNATURES = {
     "wimm_read": (c_int, [P, P, c_size_t, c_size_t, c_size_t, c_uint]),
     "wimm_fetch_add": (c_int, [P, P, c_size_t, c_size_t, c_uint64, c_uint]),
     "wimm_cmp_swap": (c_int, [P, P, c_size_t, c_size_t, c_uint64, c_uint64, c_uint]),
+    "wimm_prep_new": (c_int, [P, c_int, P, c_size_t, c_size_t, c_size_t, POINTER(P)]),
+    "wimm_prep_post": (c_int, [P, c_uint32, c_uint]),
+    "wimm_prep_delete": (c_int, [POINTER(P)]),
     "wimm_poll": (c_int, [P, POINTER(Event), c_int]),
     "wimm_wait": (c_int, [P, POINTER(Event), c_int, c_int, c_int]),
     "wimm_progress": (c_int, [P]),
@@ -182,7 +185,8 @@ def _candidates():
 # 32 bits (callers pass imm >= 2^31 as its negative two's complement). A wider
 # int would be truncated without a word, so callers check and take the
 # declared function for those. Elsewhere: declared only.
-_FAST = ("wimm_write_imm", "wimm_write", "wimm_send_imm", "wimm_read", "wimm_poll")
+_FAST = ("wimm_write_imm", "wimm_write", "wimm_send_imm", "wimm_read", "wimm_prep_post",
+         "wimm_poll")
 
 
 def _fast_functions(path):

@@ -198,6 +198,7 @@ err_free_conn:
 
 static void conn_free(struct wimm_conn *c)
 {
+	wimm_prep_orphan_all(c->preps);
 	/* The endpoint first: its completions (flushes included) are gone
 	 * before the reservation they were counted in is given back. */
 	ops_of(c)->conn_delete(c->bconn);
@@ -503,4 +504,19 @@ struct wimm_conn *wimm_conn_next(struct wimm_conn *c)
 void wimm_conn_set_next(struct wimm_conn *c, struct wimm_conn *next)
 {
 	c->next = next;
+}
+
+void *wimm_conn_bconn(const struct wimm_conn *c)
+{
+	return c->bconn;
+}
+
+struct wimm_ctx *wimm_conn_ctx(const struct wimm_conn *c)
+{
+	return c->ctx;
+}
+
+struct wimm_prep **wimm_conn_preps(struct wimm_conn *c)
+{
+	return &c->preps;
 }

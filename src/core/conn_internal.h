@@ -75,6 +75,8 @@ struct wimm_conn {
 	struct pending_op *pend; /* ring of sq_depth entries */
 	uint32_t pend_cap, pend_head, pend_n;
 
+	struct wimm_prep *preps; /* prepared operations of this connection (prepared.c) */
+
 	struct wimm_conn_stats st;
 };
 

@@ -194,9 +194,11 @@ static void count_out(struct wimm_conn *c, size_t len, int doorbell)
 }
 
 /* Inlined into each operation: the operation and whether it rings are
- * then constants, and a write-with-imm makes one call into the backend. */
-static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struct wimm_wr *wr,
-						      int doorbell, unsigned flags)
+ * then constants, and a write-with-imm makes one call into the backend.
+ * bprep: the backend's prepared request for wr (prepared.c), posted with
+ * prep_post instead of building one from wr; NULL for the others. */
+static inline __attribute__((always_inline)) int
+post_via(struct wimm_conn *c, void *bprep, struct wimm_wr *wr, int doorbell, unsigned flags)
 {
 	struct backoff b = {0, 0};
 	int (*post_fn)(void *, const struct wimm_wr *) =
@@ -215,7 +217,9 @@ static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struc
 	}
 	wr->op_seq = c->op_seq;
 	/* A full send queue is AGAIN too; with WIMM_F_WAIT, wait it out. */
-	while ((ret = post_fn(c->bconn, wr)) == WIMM_E_AGAIN && (flags & WIMM_F_WAIT)) {
+	while ((ret = bprep ? ops_of(c)->prep_post(c->bconn, bprep, wr) : post_fn(c->bconn, wr)) ==
+		   WIMM_E_AGAIN &&
+	       (flags & WIMM_F_WAIT)) {
 		ret = wait_step(c, &b);
 		if (ret)
 			break;
@@ -233,6 +237,12 @@ static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struc
 		conn_pending_push(c, c->op_seq, wr->op);
 	count_out(c, wr->len, doorbell);
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struct wimm_wr *wr,
+						      int doorbell, unsigned flags)
+{
+	return post_via(c, NULL, wr, doorbell, flags);
 }
 
 static int check_conn(const struct wimm_conn *c, unsigned flags)
@@ -265,11 +275,10 @@ static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_
 /* A checked, unsignaled plain write that the backend completes by storing
  * it (backend.h): no request, no completion, nothing to wait for (so
  * WIMM_F_WAIT is moot). NOTSUP when the backend cannot store this one. */
-static int store_write(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size_t dst_off,
-		       size_t len)
+static int store_write(struct wimm_conn *c, const void *src, size_t dst_off, size_t len)
 {
-	int ret = ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key,
-				   (const char *)wimm_mr_bmr(src)->addr + src_off, len);
+	int ret =
+	    ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key, src, len);
 	if (ret == 0)
 		count_out(c, len, 0);
 	else if (ret == WIMM_E_DISCONNECTED)
@@ -321,7 +330,8 @@ static inline __attribute__((always_inline)) int write_common(struct wimm_conn *
 	if (op == WIMM_OP_WRITE) {
 		if (!(flags & WIMM_F_SIGNAL) && len > 0 && c->state == CONN_UP &&
 		    ops_of(c)->store) {
-			ret = store_write(c, src, src_off, dst_off, len);
+			ret = store_write(c, (const char *)wimm_mr_bmr(src)->addr + src_off,
+					  dst_off, len);
 			if (ret != WIMM_E_NOTSUP)
 				return ret;
 		}
@@ -356,6 +366,68 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
 	    .op = WIMM_OP_SEND_IMM, .imm = imm, .signal = !!(flags & WIMM_F_SIGNAL)};
 	fill_local(&wr, src, src_off, len);
 	return post(c, &wr, 1, flags);
+}
+
+/* ------------------------------------------------- prepared operations */
+
+/* wimm_prep_new's checks: those of the operation's own call, in its order;
+ * *wr gets the request, imm and signal left for each post. */
+int wimm_conn_prep_check(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+			 size_t dst_off, size_t len, struct wimm_wr *wr)
+{
+	/* What no call could be first: reads and atomics are not prepared,
+	 * a send has no destination offset. */
+	if ((op != WIMM_OP_WRITE_IMM && op != WIMM_OP_WRITE && op != WIMM_OP_SEND_IMM) ||
+	    (op == WIMM_OP_SEND_IMM && dst_off != 0))
+		return WIMM_E_INVAL;
+	int ret = check_start(c, src, src_off, len, 0);
+	if (ret)
+		return ret;
+	memset(wr, 0, sizeof(*wr));
+	wr->op = op;
+	switch (op) {
+	case WIMM_OP_WRITE_IMM:
+	case WIMM_OP_WRITE:
+		if (len > 0 || op == WIMM_OP_WRITE || dst_off != 0) {
+			ret = check_remote(c, dst_off, len, WIMM_HS_F_WINDOW_WRITE);
+			if (ret)
+				return ret;
+		}
+		wr->raddr = c->peer.window_addr + dst_off;
+		wr->rkey = c->peer.window_key;
+		break;
+	case WIMM_OP_SEND_IMM:
+		if (c->peer.recv_size == 0)
+			return WIMM_E_NORECV;
+		if (len > c->peer.recv_size)
+			return WIMM_E_TRUNC;
+		break;
+	default:
+		return WIMM_E_INVAL; /* not reached: checked above */
+	}
+	fill_local(wr, src, src_off, len);
+	return 0;
+}
+
+/* Post a prepared request: the operation's own path from its post on,
+ * through the backend's prepared request where it built one. */
+int wimm_conn_prep_post(struct wimm_conn *c, void *bprep, struct wimm_wr *wr, uint32_t imm,
+			unsigned flags)
+{
+	int ret = check_conn(c, flags);
+	if (ret)
+		return ret;
+	wr->imm = imm;
+	wr->signal = !!(flags & WIMM_F_SIGNAL);
+	if (wr->op == WIMM_OP_WRITE) {
+		if (!wr->signal && wr->len > 0 && c->state == CONN_UP && ops_of(c)->store) {
+			ret = store_write(c, wr->local, wr->raddr - c->peer.window_addr, wr->len);
+			if (ret != WIMM_E_NOTSUP)
+				return ret;
+		}
+		return bprep ? post_via(c, bprep, wr, 0, flags) : post(c, wr, 0, flags);
+	}
+	return bprep ? post_via(c, bprep, wr, 1, flags) : post(c, wr, 1, flags);
 }
 
 /* Operations that bring something back (reads, atomics): the local range

@@ -59,6 +59,22 @@ void wimm_mr_expose(struct wimm_mr *mr, int delta);
  * one) and says so to the backend; the fd stays region's. */
 void wimm_mr_share_memfd(struct wimm_mr *mr, const struct wimm_mr *region, size_t off);
 
+/* conn_ops.c, for prepared.c: a prepared operation's checks (those of its
+ * own call; *wr gets the request) and its post. */
+int wimm_conn_prep_check(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
+			 size_t dst_off, size_t len, struct wimm_wr *wr);
+int wimm_conn_prep_post(struct wimm_conn *c, void *bprep, struct wimm_wr *wr, uint32_t imm,
+			unsigned flags);
+/* conn.c, for prepared.c: the connection's backend handle, its context and
+ * the head of its list of prepared operations. */
+void *wimm_conn_bconn(const struct wimm_conn *c);
+struct wimm_ctx *wimm_conn_ctx(const struct wimm_conn *c);
+struct wimm_prep **wimm_conn_preps(struct wimm_conn *c);
+/* prepared.c: a connection about to be freed leaves its prepared
+ * operations without it (their posts say DISCONNECTED) and frees their
+ * backend requests. */
+void wimm_prep_orphan_all(struct wimm_prep *head);
+
 /* conn.c: called by the ctx while it turns completions into events. */
 struct wimm_conn *wimm_conn_next(struct wimm_conn *c);
 void wimm_conn_set_next(struct wimm_conn *c, struct wimm_conn *next);

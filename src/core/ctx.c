@@ -47,7 +47,7 @@ struct wimm_ctx {
 	 * plain writes that wake no one, so a sleeper is woken every
 	 * STARVED_WAKE_NS to try again while there are any. */
 	uint32_t starved;
-	int objects; /* regions, listeners, connections still alive */
+	int objects; /* regions, listeners, connections, prepared operations alive */
 	int prov_err;
 	char prov_text[256];
 	int epfd;

@@ -149,6 +149,9 @@ void verbs_conn_delete(void *bconn);
 
 /* verbs_post.c */
 int verbs_post(void *bconn, const struct wimm_wr *wr);
+int verbs_prep_new(void *bconn, const struct wimm_wr *wr, void **bprep);
+int verbs_prep_post(void *bconn, void *bprep, const struct wimm_wr *wr);
+void verbs_prep_delete(void *bprep);
 int verbs_post_atomic(void *bconn, const struct wimm_wr *wr);
 int verbs_rx_post(struct verbs_conn *c, uint32_t n);
 int verbs_rx_release(void *bconn, uint32_t n);

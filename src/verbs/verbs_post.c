@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -89,12 +90,64 @@ int verbs_rx_release(void *bconn, uint32_t n)
 	return rc;
 }
 
-/* The one post builder, for every operation (atomics: verbs_post_atomic). */
-int verbs_post(void *bconn, const struct wimm_wr *wr)
+/* The work request of wr, but for what changes from post to post (imm,
+ * the signal, wr_id: post_swr sets those). *sge must live as long as *swr.
+ * INVAL for an operation verbs does not have. */
+static int build_swr(const struct verbs_conn *c, const struct wimm_wr *wr, struct ibv_send_wr *swr,
+		     struct ibv_sge *sge)
 {
-	struct verbs_conn *c = bconn;
-	struct ibv_send_wr swr, *bad;
-	struct ibv_sge sge;
+	memset(swr, 0, sizeof(*swr));
+	switch (wr->op) {
+	case WIMM_OP_WRITE_IMM:
+		swr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		break;
+	case WIMM_OP_WRITE:
+		swr->opcode = IBV_WR_RDMA_WRITE;
+		break;
+	case WIMM_OP_SEND_IMM:
+		swr->opcode = IBV_WR_SEND_WITH_IMM;
+		break;
+	case WIMM_OP_READ:
+		swr->opcode = IBV_WR_RDMA_READ;
+		break;
+	case WIMM_OP_FETCH_ADD:
+	case WIMM_OP_CMP_SWAP:
+		swr->opcode = wr->op == WIMM_OP_FETCH_ADD ? IBV_WR_ATOMIC_FETCH_AND_ADD
+							  : IBV_WR_ATOMIC_CMP_AND_SWP;
+		swr->wr.atomic.remote_addr = wr->raddr;
+		swr->wr.atomic.rkey = (uint32_t)wr->rkey;
+		swr->wr.atomic.compare_add =
+		    wr->op == WIMM_OP_FETCH_ADD ? wr->operand : wr->compare;
+		swr->wr.atomic.swap = wr->op == WIMM_OP_CMP_SWAP ? wr->operand : 0;
+		break;
+	default:
+		return WIMM_E_INVAL;
+	}
+	if (wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_READ) {
+		swr->wr.rdma.remote_addr = wr->raddr;
+		swr->wr.rdma.rkey = (uint32_t)wr->rkey;
+	}
+	if (wr->len) {
+		sge->addr = (uintptr_t)wr->local;
+		sge->length = (uint32_t)wr->len;
+		sge->lkey = ((struct ibv_mr *)wr->lmr->desc)->lkey;
+		swr->sg_list = sge;
+		swr->num_sge = 1;
+		/* Reads and atomics write into sge: never inline. */
+		if ((wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE ||
+		     wr->op == WIMM_OP_SEND_IMM) &&
+		    wr->len <= c->max_inline)
+			swr->send_flags |= IBV_SEND_INLINE;
+	}
+	return 0;
+}
+
+/* The one ibv_post_send, for every operation, built (build_swr) or
+ * prepared: here imm goes to network order, the signal is decided and the
+ * send slot taken. */
+static int post_swr(struct verbs_conn *c, struct ibv_send_wr *swr, const struct wimm_wr *wr)
+{
+	struct ibv_send_wr *bad;
 	int signaled, rc;
 
 	if (c->dead)
@@ -102,57 +155,14 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 	/* user WRs get sq_depth slots; the core's credit writes the rest */
 	if (!wimm_send_ring_has_room(&c->sq, wr->internal))
 		return WIMM_E_AGAIN;
-
-	memset(&swr, 0, sizeof(swr));
-	switch (wr->op) {
-	case WIMM_OP_WRITE_IMM:
-		swr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		swr.imm_data = htonl(wr->imm);
-		break;
-	case WIMM_OP_WRITE:
-		swr.opcode = IBV_WR_RDMA_WRITE;
-		break;
-	case WIMM_OP_SEND_IMM:
-		swr.opcode = IBV_WR_SEND_WITH_IMM;
-		swr.imm_data = htonl(wr->imm);
-		break;
-	case WIMM_OP_READ:
-		swr.opcode = IBV_WR_RDMA_READ;
-		break;
-	case WIMM_OP_FETCH_ADD:
-	case WIMM_OP_CMP_SWAP:
-		swr.opcode = wr->op == WIMM_OP_FETCH_ADD ? IBV_WR_ATOMIC_FETCH_AND_ADD
-							 : IBV_WR_ATOMIC_CMP_AND_SWP;
-		swr.wr.atomic.remote_addr = wr->raddr;
-		swr.wr.atomic.rkey = (uint32_t)wr->rkey;
-		swr.wr.atomic.compare_add = wr->op == WIMM_OP_FETCH_ADD ? wr->operand : wr->compare;
-		swr.wr.atomic.swap = wr->op == WIMM_OP_CMP_SWAP ? wr->operand : 0;
-		break;
-	default:
-		return WIMM_E_INVAL;
-	}
-	if (wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE || wr->op == WIMM_OP_READ) {
-		swr.wr.rdma.remote_addr = wr->raddr;
-		swr.wr.rdma.rkey = (uint32_t)wr->rkey;
-	}
-	if (wr->len) {
-		sge.addr = (uintptr_t)wr->local;
-		sge.length = (uint32_t)wr->len;
-		sge.lkey = ((struct ibv_mr *)wr->lmr->desc)->lkey;
-		swr.sg_list = &sge;
-		swr.num_sge = 1;
-		/* Reads and atomics write into sge: never inline. */
-		if ((wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_WRITE ||
-		     wr->op == WIMM_OP_SEND_IMM) &&
-		    wr->len <= c->max_inline)
-			swr.send_flags |= IBV_SEND_INLINE;
-	}
+	if (wr->op == WIMM_OP_WRITE_IMM || wr->op == WIMM_OP_SEND_IMM)
+		swr->imm_data = htonl(wr->imm);
 	signaled = wimm_send_ring_must_signal(&c->sq, wr->signal);
-	if (signaled)
-		swr.send_flags |= IBV_SEND_SIGNALED;
-	swr.wr_id = VERBS_WRID(c->gen, wimm_send_ring_head(&c->sq));
+	swr->send_flags = signaled ? swr->send_flags | IBV_SEND_SIGNALED
+				   : swr->send_flags & ~(unsigned)IBV_SEND_SIGNALED;
+	swr->wr_id = VERBS_WRID(c->gen, wimm_send_ring_head(&c->sq));
 
-	rc = ibv_post_send(c->qp, &swr, &bad);
+	rc = ibv_post_send(c->qp, swr, &bad);
 	if (rc) {
 		if (rc == ENOMEM)
 			return WIMM_E_AGAIN;
@@ -164,6 +174,48 @@ int verbs_post(void *bconn, const struct wimm_wr *wr)
 	    wr->op == WIMM_OP_FETCH_ADD || wr->op == WIMM_OP_CMP_SWAP ? 8u : (uint32_t)wr->len,
 	    signaled);
 	return 0;
+}
+
+int verbs_post(void *bconn, const struct wimm_wr *wr)
+{
+	struct verbs_conn *c = bconn;
+	struct ibv_send_wr swr;
+	struct ibv_sge sge;
+	int rc = build_swr(c, wr, &swr, &sge);
+
+	return rc ? rc : post_swr(c, &swr, wr);
+}
+
+/* A prepared operation's work request, built once. */
+struct verbs_prep {
+	struct ibv_send_wr swr;
+	struct ibv_sge sge;
+};
+
+int verbs_prep_new(void *bconn, const struct wimm_wr *wr, void **out)
+{
+	struct verbs_prep *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		return WIMM_E_NOMEM;
+	rc = build_swr(bconn, wr, &p->swr, &p->sge);
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int verbs_prep_post(void *bconn, void *bprep, const struct wimm_wr *wr)
+{
+	return post_swr(bconn, &((struct verbs_prep *)bprep)->swr, wr);
+}
+
+void verbs_prep_delete(void *bprep)
+{
+	free(bprep);
 }
 
 /* Atomics where the device has them (atomic_cap; rxe: IBV_ATOMIC_HCA, atomic

@@ -182,6 +182,7 @@ extern const struct conf_test conf_tests_server_scale[];
 extern const struct conf_test conf_tests_atomic[];
 extern const struct conf_test conf_tests_connect_burst[];
 extern const struct conf_test conf_tests_alloc[];
+extern const struct conf_test conf_tests_prep[];
 
 /* Child roles for tests that need a peer process (conf_failure.c). */
 int conf_child_main(int argc, char **argv);

@@ -26,7 +26,7 @@ static const struct conf_test *const tables[] = {
     conf_tests_input,	conf_tests_handshake_cm,  conf_tests_data,   conf_tests_bounds,
     conf_tests_credit,	conf_tests_failure,	  conf_tests_wait,   conf_tests_requests,
     conf_tests_hostile, conf_tests_counter,	  conf_tests_server, conf_tests_server_scale,
-    conf_tests_atomic,	conf_tests_connect_burst, conf_tests_alloc,
+    conf_tests_atomic,	conf_tests_connect_burst, conf_tests_alloc,  conf_tests_prep,
 };
 
 /* What a test process reports back to the runner. */
