@@ -370,8 +370,9 @@ int wimm_send_imm(struct wimm_conn *c, struct wimm_mr *src, size_t src_off, size
 
 /* ------------------------------------------------- prepared operations */
 
-/* wimm_prep_new's checks: those of the operation's own call, in its order;
- * *wr gets the request, imm and signal left for each post. */
+/* wimm_prep_new's checks: the op and a send's dst_off, then those of the
+ * operation's own call, in its order; *wr gets the request, imm and signal
+ * left for each post. */
 int wimm_conn_prep_check(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,
 			 size_t dst_off, size_t len, struct wimm_wr *wr)
 {
