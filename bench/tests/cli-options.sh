@@ -3,7 +3,8 @@
 #
 # The benchmark options the harness relies on: `wimm rate --rate` paces the
 # timed round and the receiver reports its CPU; `wimm bulk` moves its bytes
-# in chunks with a doorbell per chunk or one at the end; each bad value is
+# in chunks with a doorbell per chunk or one at the end; pingpong records
+# whether it posted prepared operations (--post); each bad value is
 # refused with status 2 and a message naming the flag.
 set -euo pipefail
 WIMM=$1
@@ -26,6 +27,14 @@ refused "bulk's doorbell is write_imm" bulk -o write_send
 refused "wimm bulk needs -s of at least 1" bulk -s 0
 refused "unknown --memory 'shm'" rate --memory shm
 refused "--memory needs a value" pingpong --memory
+refused "unknown --post 'fast'" pingpong --post fast
+refused "--post needs a value" rate --post
+
+# The record says how the messages were posted: prepared unless --post call.
+"$WIMM" pingpong --self -f "$FABRIC" --json -n 200 >"$work/prepared.json"
+json_check "$work/prepared.json" 'd["post"] == "prepared"'
+"$WIMM" pingpong --self -f "$FABRIC" --json -n 200 --post call >"$work/call.json"
+json_check "$work/call.json" 'd["post"] == "call"'
 
 
 # A paced run takes at least iters / rate seconds: 2000 at 4000/s, 0.5 s.

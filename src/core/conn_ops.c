@@ -247,7 +247,7 @@ static inline __attribute__((always_inline)) int post(struct wimm_conn *c, struc
 
 static int check_conn(const struct wimm_conn *c, unsigned flags)
 {
-	if (!c || (flags & ~(WIMM_F_SIGNAL | WIMM_F_WAIT)))
+	if (!c || (flags & ~WIMM_POST_FLAGS))
 		return WIMM_E_INVAL;
 	if (c->state == CONN_DOWN)
 		return WIMM_E_DISCONNECTED;
@@ -275,10 +275,9 @@ static void fill_local(struct wimm_wr *wr, struct wimm_mr *mr, size_t off, size_
 /* A checked, unsignaled plain write that the backend completes by storing
  * it (backend.h): no request, no completion, nothing to wait for (so
  * WIMM_F_WAIT is moot). NOTSUP when the backend cannot store this one. */
-static int store_write(struct wimm_conn *c, const void *src, size_t dst_off, size_t len)
+static int store_write(struct wimm_conn *c, uint64_t raddr, const void *src, size_t len)
 {
-	int ret =
-	    ops_of(c)->store(c->bconn, c->peer.window_addr + dst_off, c->peer.window_key, src, len);
+	int ret = ops_of(c)->store(c->bconn, raddr, c->peer.window_key, src, len);
 	if (ret == 0)
 		count_out(c, len, 0);
 	else if (ret == WIMM_E_DISCONNECTED)
@@ -330,8 +329,8 @@ static inline __attribute__((always_inline)) int write_common(struct wimm_conn *
 	if (op == WIMM_OP_WRITE) {
 		if (!(flags & WIMM_F_SIGNAL) && len > 0 && c->state == CONN_UP &&
 		    ops_of(c)->store) {
-			ret = store_write(c, (const char *)wimm_mr_bmr(src)->addr + src_off,
-					  dst_off, len);
+			ret = store_write(c, c->peer.window_addr + dst_off,
+					  (const char *)wimm_mr_bmr(src)->addr + src_off, len);
 			if (ret != WIMM_E_NOTSUP)
 				return ret;
 		}
@@ -422,13 +421,13 @@ int wimm_conn_prep_post(struct wimm_conn *c, void *bprep, struct wimm_wr *wr, ui
 	wr->signal = !!(flags & WIMM_F_SIGNAL);
 	if (wr->op == WIMM_OP_WRITE) {
 		if (!wr->signal && wr->len > 0 && c->state == CONN_UP && ops_of(c)->store) {
-			ret = store_write(c, wr->local, wr->raddr - c->peer.window_addr, wr->len);
+			ret = store_write(c, wr->raddr, wr->local, wr->len);
 			if (ret != WIMM_E_NOTSUP)
 				return ret;
 		}
-		return bprep ? post_via(c, bprep, wr, 0, flags) : post(c, wr, 0, flags);
+		return post_via(c, bprep, wr, 0, flags);
 	}
-	return bprep ? post_via(c, bprep, wr, 1, flags) : post(c, wr, 1, flags);
+	return post_via(c, bprep, wr, 1, flags);
 }
 
 /* Operations that bring something back (reads, atomics): the local range

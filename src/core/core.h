@@ -59,6 +59,8 @@ void wimm_mr_expose(struct wimm_mr *mr, int delta);
  * one) and says so to the backend; the fd stays region's. */
 void wimm_mr_share_memfd(struct wimm_mr *mr, const struct wimm_mr *region, size_t off);
 
+/* The flags an operation's post takes (the others are INVAL). */
+#define WIMM_POST_FLAGS (WIMM_F_SIGNAL | WIMM_F_WAIT)
 /* conn_ops.c, for prepared.c: a prepared operation's checks (those of its
  * own call; *wr gets the request) and its post. */
 int wimm_conn_prep_check(struct wimm_conn *c, enum wimm_op op, struct wimm_mr *src, size_t src_off,

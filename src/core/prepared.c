@@ -76,8 +76,7 @@ int wimm_prep_post(struct wimm_prep *p, uint32_t imm, unsigned flags)
 	if (!p)
 		return WIMM_E_INVAL;
 	if (!p->conn)
-		return (flags & ~(WIMM_F_SIGNAL | WIMM_F_WAIT)) ? WIMM_E_INVAL
-								: WIMM_E_DISCONNECTED;
+		return (flags & ~WIMM_POST_FLAGS) ? WIMM_E_INVAL : WIMM_E_DISCONNECTED;
 	return wimm_conn_prep_post(p->conn, p->bprep, &p->wr, imm, flags);
 }
 
