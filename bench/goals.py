@@ -1,15 +1,13 @@
 """The goals of issue 7 as computations over the rounds: each row names the
 statistic on both sides, the ratio of the medians over the rounds, the
 target, and the verdict the numbers give (met / missed / n/a)."""
-from plan import WAIT_MODES, latency_peers, rate_peers, strategies, transport_class
+from plan import WAIT_MODES, latency_peers, paired_op, rate_peers, strategies, transport_class
 from stats import crossing, ratio, verdict
 
 # The statistic each latency peer prints, and wimm's figure compared with it.
 LAT_STAT = {"fi_pingpong": ("avg_us", "avg/avg"), "ucx_perftest": ("median_us", "median/median"),
             "ib_send_lat": ("median_us", "median/median"),
             "ib_write_lat": ("median_us", "median/median")}
-# perftest's latency tools pair with the wimm strategy that waits alike.
-VERBS_PAIR = {"ib_send_lat": "write_imm", "ib_write_lat": "write_poll"}
 
 
 def _row(goal, fabric, w, w_stat, p, p_label, target, lower=True, unit="µs", rounds=None):
@@ -27,7 +25,7 @@ def latency(ix, meta):
         for size in meta["settings"]["lat_sizes"]:
             for peer in latency_peers(cls, available):
                 field, how = LAT_STAT[peer["tool"]]
-                op = VERBS_PAIR.get(peer["tool"], "write_imm")
+                op = paired_op(peer["tool"])
                 wkey, pkey = f"lat|{fabric}|{op}|{size}", f"lat|{cls}|{peer['label']}|{size}"
                 row = _row(f"latency {size} B, {op} vs {peer['label']} ({how})", fabric,
                            ix.median(wkey, field), f"{op} {field[:-3]}",

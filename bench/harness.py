@@ -5,8 +5,8 @@
 
 Sizes every rate and bandwidth case by calibration runs (the largest count
 they choose lasts about rate_seconds), runs every group of plan.py once per
-round (wimm's cases and the peers' in turn, their order reversed every other round
-so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
+round (wimm's cases and the peers' in turn, a latency goal's two runs side by
+side, their order reversed every other round so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
 (-run2, -run3.. when that exists: no results file is overwritten), then
 writes the report (report.py): the markdown tables with the verdicts and
 the PNG plots. --only REGEX: only the cases whose key matches.
@@ -394,7 +394,8 @@ def main():
     date = datetime.datetime.now(datetime.timezone.utc)
     meta = {"date": date.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(args.note),
             "load_before": loadavg(), "versions": tool_versions(wimm),
-            "settings": settings.describe(), "peers": sorted(available)}
+            "settings": settings.describe(), "peers": sorted(available),
+            "side_by_side": True}  # plan.beside_peers orders the latency groups
     if args.only:
         meta["only"] = args.only.pattern
     if args.guest:

@@ -124,6 +124,34 @@ def transport_class(fabric):
     return "intra-host"
 
 
+# The wimm strategy each latency peer is compared with: perftest's tools
+# pair with the strategy that waits alike, every other peer with write_imm.
+LAT_PAIR = {"ib_send_lat": "write_imm", "ib_write_lat": "write_poll"}
+
+
+def paired_op(peer_tool):
+    """The wimm strategy a latency goal compares with PEER_TOOL."""
+    return LAT_PAIR.get(peer_tool, "write_imm")
+
+
+def beside_peers(wimm_cases, peer_cases):
+    """One latency group's order: each wimm case a goal compares runs between
+    its peers (one before it, one after; a second fabric's case after the
+    peers it shares with the first), the other cases last. The guest's
+    speed moves in spells of seconds that slow every tool alike
+    (docs/performance.md, section 22): the runs a round compares then run
+    next to each other, whichever way the round turns."""
+    paired = {paired_op(p["tool"]) for p in peer_cases}
+    left, out = list(peer_cases), []
+    # Compared cases first (another fabric's after the peers it shares), then the rest.
+    for w in sorted(wimm_cases, key=lambda w: w["op"] not in paired):
+        mine = [p for p in left if paired_op(p["tool"]) == w["op"]]
+        for p in mine:
+            left.remove(p)
+        out += mine[:1] + [w] + mine[1:]
+    return out + left
+
+
 # Peers of each class: (tool, label, runner parameters).
 def latency_peers(cls, available):
     peers = []
@@ -297,22 +325,24 @@ def build(settings, fabrics, available, atomics=()):
     s = settings
     classes = sorted({transport_class(f) for f in fabrics})
     groups = []
-    def point(kind, mode, size, cls, ops, iters, peers):
+    def point(kind, mode, size, cls, ops, iters, peers, order=lambda w, p: w + p):
         """wimm's cases of one point on the fabrics of a class (each of OPS
-        that runs there), then the peers'."""
+        that runs there) and the peers', in ORDER (wimm's first by default)."""
         g = [_wimm_case(kind, f, mode, op, size, ["-n", str(iters)], iters=iters)
              for f in fabrics if transport_class(f) == cls
              for op in ops if runs_on(op, f, atomics)]
-        return g + [_peer_case(kind, cls, p, size,
-                               peer_rate_iters(cls, p, size, iters) if mode == "rate" else iters)
-                    for p in peers]
+        return order(g, [_peer_case(kind, cls, p, size,
+                                    peer_rate_iters(cls, p, size, iters)
+                                    if mode == "rate" else iters)
+                         for p in peers])
 
-    # Latency at the goal sizes, then the latency peers.
+    # Latency at the goal sizes, each goal's two runs side by side.
     for size in s.lat_sizes:
         ops = [op for op in s.lat_ops if op != "write_send" or size == 1200 or s.full]
         groups += [[dict(c, rounds=s.lat_rounds)
                     for c in point("lat", "pingpong", size, cls, ops, s.lat_iters,
-                                   latency_peers(cls, available))] for cls in classes]
+                                   latency_peers(cls, available), beside_peers)]
+                   for cls in classes]
     # Message rate of the strategies, then the rate peers.
     for size in s.rate_sizes:
         groups += [point("rate", "rate", size, cls, STRATEGIES + [ATOMIC_STRATEGY], s.rate_iters,

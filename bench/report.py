@@ -71,8 +71,9 @@ def header(meta):
              f"Run: {mode}, {s['rounds']} interleaved rounds"
              + (f", {s['lat_rounds']} for the latency goals"
                 if s.get("lat_rounds", s["rounds"]) != s["rounds"] else "")
-             + " (wimm's runs and the peers' in "
-             f"turn, the order reversed every other round), {meta.get('minutes', '?')} min; "
+             + " (wimm's runs and the peers' in turn, "
+             + ("a latency goal's two runs side by side, " if meta.get("side_by_side") else "")
+             + f"the order reversed every other round), {meta.get('minutes', '?')} min; "
              f"{where}. Each figure is the median over the rounds of each run's figure; every "
              "run is in the JSON file beside this one.",
              "Versions: " + ", ".join(f"{k} {version_of(v)}"

@@ -130,6 +130,33 @@ class ParseTest(unittest.TestCase):
         self.assertNotIn("lat|ipc|write_atomic|8", keys)
         self.assertIn("lat|ipc|write_poll|8", keys)
 
+    def test_latency_goals_runs_side_by_side(self):
+        # perftest's tools each beside the strategy they are compared with.
+        guest = plan.Settings(full=False, rounds=5, guest=True)
+        groups = plan.build(guest, ["verbs:rxe0"], {"ib_send_lat", "ib_write_lat"},
+                            atomics=["verbs:rxe0"])
+        self.assertEqual([c["key"] for c in groups[0]],
+                         ["lat|verbs|ib_send_lat|8", "lat|verbs:rxe0|write_imm|8",
+                          "lat|verbs|ib_write_lat|8", "lat|verbs:rxe0|write_poll|8",
+                          "lat|verbs:rxe0|send_imm|8", "lat|verbs:rxe0|write_atomic|8"])
+        # Two peers of one strategy: the wimm run between them; a second
+        # fabric's write_imm after the second peer, the other strategies last.
+        s = plan.Settings(full=False, rounds=1)
+        groups = plan.build(s, ["ofi:shm", "ipc"], {"fi_pingpong", "ucx_perftest"})
+        self.assertEqual([c["key"] for c in groups[1]],
+                         ["lat|intra-host|fi_pingpong -p shm -e rdm|1200",
+                          "lat|ofi:shm|write_imm|1200",
+                          "lat|intra-host|ucp_am_lat UCX_TLS=sm|1200",
+                          "lat|ipc|write_imm|1200", "lat|ofi:shm|write_send|1200",
+                          "lat|ipc|write_send|1200"])
+        # No peer: wimm's cases as they were; every case once in any case.
+        groups = plan.build(s, ["ofi:shm"], set())
+        self.assertEqual([c["key"] for c in groups[1]],
+                         ["lat|ofi:shm|write_imm|1200", "lat|ofi:shm|write_send|1200"])
+        # The goals compare the same pairs the order puts side by side.
+        self.assertEqual(plan.paired_op("ib_write_lat"), "write_poll")
+        self.assertEqual(plan.paired_op("fi_pingpong"), "write_imm")
+
     def test_cpu_rates_beyond_a_fabric_not_run(self):
         s = plan.Settings(full=False, rounds=1)
         groups = plan.build(s, ["ofi:tcp", "ipc"], set())
