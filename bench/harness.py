@@ -6,8 +6,9 @@
 Sizes every rate and bandwidth case by calibration runs (the largest count
 they choose lasts about rate_seconds), runs every group of plan.py once per
 round (wimm's cases and the peers' in turn, a latency goal's two runs side by
-side, their order reversed every other round so drift hits both alike), keeps every run in bench/results/<name>-<date>.json
-(-run2, -run3.. when that exists: no results file is overwritten), then
+side, their order reversed every other round so drift hits both alike), keeps
+every run in bench/results/<name>-<date>.json (-run2, -run3.. when that
+exists: no results file is overwritten), then
 writes the report (report.py): the markdown tables with the verdicts and
 the PNG plots. --only REGEX: only the cases whose key matches.
 BENCH_FULL=1: the long curves; BENCH_ROUNDS=N: rounds (at least 5; the latency

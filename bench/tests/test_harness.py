@@ -647,6 +647,11 @@ class ReportTest(unittest.TestCase):
         last = {k: v for k, v in meta["settings"].items() if k != "calibration_min_runs"}
         self.assertIn("at most 3 runs, the last one deciding), never fewer",
                       report.header(dict(meta, settings=last)))
+        # The order: side by side only where the results file says so.
+        side = "a latency goal's two runs side by side"
+        self.assertNotIn(side, report.header(meta))
+        self.assertIn(f"in turn, {side}, the order reversed",
+                      report.header(dict(meta, side_by_side=True)))
 
 
 if __name__ == "__main__":
